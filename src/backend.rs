@@ -1,0 +1,51 @@
+//! The operations the HTTP API needs, as one trait with one implementation per deployment.
+//!
+//! The embedded deployment (in-process engine and SQLite) and the scale-out deployment (Redis
+//! gate, PostgreSQL ledger, order stream) both implement [`Backend`]; the router, the CLI and
+//! the conformance tests only ever see this trait, which keeps the two behaviours identical.
+
+use async_trait::async_trait;
+
+use crate::domain::{
+    CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, NewCampaign, Order, OrderPage,
+    OrderQuery, Restock, Status,
+};
+
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Creates a campaign; a duplicate id is [`Error::Conflict`].
+    async fn create_campaign(&self, campaign: NewCampaign) -> Result<CampaignView, Error>;
+
+    /// The current view; `remaining` comes from the atomic gate.
+    async fn campaign(&self, id: &str) -> Result<CampaignView, Error>;
+
+    /// Adds units or codes to a campaign.
+    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error>;
+
+    /// Pause, resume or close. Atomic with respect to claims: once this returns, no claim that
+    /// had not already won wins while the campaign is paused or closed.
+    async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error>;
+
+    /// Processes one claim. The request is already validated. A `won` answer is only returned
+    /// once the order cannot be lost.
+    async fn claim(
+        &self,
+        id: &str,
+        request: ClaimRequest,
+        key: Option<IdempotencyKey>,
+    ) -> Result<ClaimAnswer, Error>;
+
+    async fn order(&self, order_id: &str) -> Result<Order, Error>;
+
+    async fn orders(&self, campaign_id: &str, query: OrderQuery) -> Result<OrderPage, Error>;
+
+    /// Cancels an order, giving its units, codes and allowance back. Cancelling twice returns
+    /// the same cancelled order.
+    async fn cancel(&self, order_id: &str) -> Result<Order, Error>;
+
+    /// Ok when the engine and the ledger both answer.
+    async fn health(&self) -> Result<(), Error>;
+
+    /// Finishes outstanding work (pending commits, pipeline) before the process exits.
+    async fn shutdown(&self);
+}

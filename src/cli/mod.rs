@@ -1,0 +1,60 @@
+//! The `seckill` command line: one subcommand per module.
+
+mod demo;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use serve::{start, Running};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "seckill",
+    version,
+    about = "Flash-sale engine: never oversell, never lose an acknowledged order"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP service (embedded deployment by default).
+    Serve(crate::config::ServeConfig),
+    /// Run seed 000's scenario (10 coupons, 100 users, 20 at a time) against an in-process
+    /// server and check its outcome.
+    Demo(demo::DemoOpts),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli
+        .command
+        .unwrap_or_else(|| Command::Serve(crate::config::ServeConfig::parse_default()));
+    let json_logs = matches!(&command, Command::Serve(c) if c.log_json);
+    crate::telemetry::init(json_logs);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match command {
+            Command::Serve(cfg) => serve::run(cfg).await,
+            Command::Demo(opts) => demo::run(opts).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

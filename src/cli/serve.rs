@@ -1,0 +1,133 @@
+//! `seckill serve`: start the chosen deployment and serve the API until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::backend::Backend;
+use crate::config::{ServeConfig, SyncMode};
+use crate::engine::{Embedded, EmbeddedOptions};
+use crate::http::{self, AdminToken, HttpOptions};
+
+/// A server started in this process.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin_token: String,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful stop: finish in-flight requests, flush the ledger.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("server task panicked")?
+    }
+}
+
+/// Opens the backend, binds the listener and serves in a background task.
+pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    let admin_token = resolve_admin_token(&cfg)?;
+    let mut embedded = EmbeddedOptions::new(&cfg.data);
+    embedded.synchronous_full = cfg.sync == SyncMode::Full;
+    embedded.max_batch = cfg.max_batch;
+    embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
+    let backend: Arc<dyn Backend> = Embedded::open(embedded).await?;
+    tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
+
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    let http_opts = HttpOptions {
+        max_admin_body: cfg.max_admin_body,
+        ..HttpOptions::default()
+    };
+    let router = http::router(backend.clone(), AdminToken::new(&admin_token), &http_opts);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(http::serve(listener, router, backend, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Running {
+        addr,
+        admin_token,
+        stop,
+        task,
+    })
+}
+
+pub async fn run(cfg: ServeConfig) -> anyhow::Result<ExitCode> {
+    let running = start(cfg).await?;
+    shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    running.stop().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler cannot fail on unix");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// The configured token, else the one kept in the data directory, else a new one (printed once).
+fn resolve_admin_token(cfg: &ServeConfig) -> anyhow::Result<String> {
+    if let Some(t) = &cfg.admin_token {
+        anyhow::ensure!(!t.trim().is_empty(), "--admin-token must not be empty");
+        return Ok(t.clone());
+    }
+    let file = cfg.data.join("admin-token");
+    if let Ok(t) = std::fs::read_to_string(&file) {
+        tracing::info!(file = %file.display(), "using the admin token kept in the data directory");
+        return Ok(t.trim().to_owned());
+    }
+    let token = hex::encode(rand::random::<[u8; 24]>());
+    write_private(&cfg.data, &file, &token)?;
+    // Printed once, on stdout, for the operator; logs never carry it.
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "generated admin token (kept in {}): {token}",
+        file.display()
+    )?;
+    Ok(token)
+}
+
+fn write_private(dir: &Path, file: &Path, contents: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(file)
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        f.write_all(contents.as_bytes())?;
+    }
+    #[cfg(not(unix))]
+    std::fs::write(file, contents)?;
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! Campaign definitions and the public campaign view.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::validate::{self, validate_campaign_id, MAX_PER_USER_LIMIT, MAX_STOCK};
+use super::Error;
+
+/// `total` of a campaign never exceeds this, restocks included.
+pub const MAX_TOTAL: u64 = 1_000_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Stock,
+    Codes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Active,
+    Paused,
+    Closed,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Stock => "stock",
+            Kind::Codes => "codes",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "stock" => Some(Kind::Stock),
+            "codes" => Some(Kind::Codes),
+            _ => None,
+        }
+    }
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Paused => "paused",
+            Status::Closed => "closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(Status::Active),
+            "paused" => Some(Status::Paused),
+            "closed" => Some(Status::Closed),
+            _ => None,
+        }
+    }
+
+    /// Whether an admin may move a campaign from `self` to `to`; `closed` is final.
+    pub fn transition(self, to: Status) -> Result<(), Error> {
+        if self == Status::Closed && to != Status::Closed {
+            return Err(Error::Conflict(format!(
+                "campaign is closed for good; it cannot become {}",
+                to.as_str()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a campaign sells: anonymous units, or a pool of unique codes (one per unit).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Supply {
+    Stock(u64),
+    Codes(Vec<String>),
+}
+
+/// The body of `POST /v1/campaigns` as it arrives on the wire.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCampaignBody {
+    pub id: String,
+    #[serde(default)]
+    pub stock: Option<u64>,
+    #[serde(default)]
+    pub codes: Option<Vec<String>>,
+    #[serde(default)]
+    pub per_user_limit: Option<u64>,
+    #[serde(default)]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// A validated campaign definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCampaign {
+    pub id: String,
+    pub supply: Supply,
+    pub per_user_limit: u64,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<NewCampaignBody> for NewCampaign {
+    type Error = Error;
+
+    fn try_from(body: NewCampaignBody) -> Result<Self, Error> {
+        validate_campaign_id(&body.id)?;
+        let supply = match (body.stock, body.codes) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid("give either stock or codes, not both"));
+            }
+            (None, None) => return Err(Error::invalid("one of stock or codes is required")),
+            (Some(stock), None) => {
+                if !(1..=MAX_STOCK).contains(&stock) {
+                    return Err(Error::invalid(format!(
+                        "stock must be between 1 and {MAX_STOCK}, got {stock}"
+                    )));
+                }
+                Supply::Stock(stock)
+            }
+            (None, Some(codes)) => {
+                validate::validate_codes(&codes)?;
+                Supply::Codes(codes)
+            }
+        };
+        let per_user_limit = body.per_user_limit.unwrap_or(1);
+        if !(1..=MAX_PER_USER_LIMIT).contains(&per_user_limit) {
+            return Err(Error::invalid(format!(
+                "per_user_limit must be between 1 and {MAX_PER_USER_LIMIT}, got {per_user_limit}"
+            )));
+        }
+        if let (Some(s), Some(e)) = (body.starts_at, body.ends_at) {
+            if e <= s {
+                return Err(Error::invalid("ends_at must be later than starts_at"));
+            }
+        }
+        Ok(NewCampaign {
+            id: body.id,
+            supply,
+            per_user_limit,
+            starts_at: body.starts_at,
+            ends_at: body.ends_at,
+        })
+    }
+}
+
+impl NewCampaign {
+    pub fn kind(&self) -> Kind {
+        match self.supply {
+            Supply::Stock(_) => Kind::Stock,
+            Supply::Codes(_) => Kind::Codes,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        match &self.supply {
+            Supply::Stock(n) => *n,
+            Supply::Codes(c) => c.len() as u64,
+        }
+    }
+}
+
+/// The body of `POST /v1/campaigns/{id}/restock`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestockBody {
+    #[serde(default)]
+    pub units: Option<u64>,
+    #[serde(default)]
+    pub codes: Option<Vec<String>>,
+}
+
+/// A validated restock: more units for a stock campaign or more codes for a code campaign.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Restock {
+    Units(u64),
+    Codes(Vec<String>),
+}
+
+impl TryFrom<RestockBody> for Restock {
+    type Error = Error;
+
+    fn try_from(body: RestockBody) -> Result<Self, Error> {
+        match (body.units, body.codes) {
+            (Some(_), Some(_)) => Err(Error::invalid("give either units or codes, not both")),
+            (None, None) => Err(Error::invalid("one of units or codes is required")),
+            (Some(units), None) => {
+                if !(1..=MAX_STOCK).contains(&units) {
+                    return Err(Error::invalid(format!(
+                        "units must be between 1 and {MAX_STOCK}, got {units}"
+                    )));
+                }
+                Ok(Restock::Units(units))
+            }
+            (None, Some(codes)) => {
+                validate::validate_codes(&codes)?;
+                Ok(Restock::Codes(codes))
+            }
+        }
+    }
+}
+
+impl Restock {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Restock::Units(_) => Kind::Stock,
+            Restock::Codes(_) => Kind::Codes,
+        }
+    }
+
+    pub fn amount(&self) -> u64 {
+        match self {
+            Restock::Units(n) => *n,
+            Restock::Codes(c) => c.len() as u64,
+        }
+    }
+
+    /// Checks that this restock fits a campaign of `kind` currently holding `total` units.
+    pub fn check_against(&self, kind: Kind, total: u64) -> Result<(), Error> {
+        if self.kind() != kind {
+            return Err(Error::invalid(format!(
+                "this is a {} campaign; restock it with {}",
+                kind.as_str(),
+                match kind {
+                    Kind::Stock => "{\"units\": n}",
+                    Kind::Codes => "{\"codes\": [...]}",
+                }
+            )));
+        }
+        if total.saturating_add(self.amount()) > MAX_TOTAL {
+            return Err(Error::invalid(format!(
+                "total would become {}, above the maximum {MAX_TOTAL}",
+                total.saturating_add(self.amount())
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `GET /v1/campaigns/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignView {
+    pub id: String,
+    pub kind: Kind,
+    pub total: u64,
+    pub remaining: u64,
+    pub per_user_limit: u64,
+    pub status: Status,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}

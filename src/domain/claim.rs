@@ -1,0 +1,114 @@
+//! A claim request and its answer.
+
+use serde::{Deserialize, Serialize};
+
+use super::validate::{validate_idempotency_key, validate_qty, validate_user_id};
+use super::Error;
+
+/// The body of `POST /v1/campaigns/{id}/claims`, validated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    pub user_id: String,
+    #[serde(default = "one")]
+    pub qty: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl ClaimRequest {
+    pub fn validate(&self) -> Result<(), Error> {
+        validate_user_id(&self.user_id)?;
+        validate_qty(self.qty)
+    }
+}
+
+/// The `Idempotency-Key` header of a claim, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn new(key: &str) -> Result<Self, Error> {
+        validate_idempotency_key(key)?;
+        Ok(Self(key.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Outcome of a processed claim, in the order the engine checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Paused,
+    Closed,
+    NotStarted,
+    Ended,
+    AlreadyClaimed,
+    OverLimit,
+    SoldOut,
+    Won,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Paused,
+        Outcome::Closed,
+        Outcome::NotStarted,
+        Outcome::Ended,
+        Outcome::AlreadyClaimed,
+        Outcome::OverLimit,
+        Outcome::SoldOut,
+        Outcome::Won,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Paused => "paused",
+            Outcome::Closed => "closed",
+            Outcome::NotStarted => "not_started",
+            Outcome::Ended => "ended",
+            Outcome::AlreadyClaimed => "already_claimed",
+            Outcome::OverLimit => "over_limit",
+            Outcome::SoldOut => "sold_out",
+            Outcome::Won => "won",
+        }
+    }
+}
+
+/// The 200 answer to a processed claim.
+///
+/// `order_id`, `qty` and (code campaigns) `codes` accompany `won`; `remaining` accompanies
+/// `sold_out`; `held` (units the user already holds) accompanies `already_claimed`/`over_limit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimAnswer {
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub order_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub qty: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub codes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub remaining: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub held: Option<u64>,
+}
+
+impl ClaimAnswer {
+    /// An answer that carries only its outcome.
+    pub fn bare(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            order_id: None,
+            qty: None,
+            codes: None,
+            remaining: None,
+            held: None,
+        }
+    }
+}

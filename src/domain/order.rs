@@ -1,0 +1,121 @@
+//! Orders: what a `won` claim leaves in the ledger.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderState {
+    Active,
+    Cancelled,
+}
+
+impl OrderState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderState::Active => "active",
+            OrderState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(OrderState::Active),
+            "cancelled" => Some(OrderState::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// `GET /v1/orders/{order_id}`. `codes` is present for code campaigns only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub campaign_id: String,
+    pub user_id: String,
+    pub qty: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub codes: Option<Vec<String>>,
+    pub state: OrderState,
+    pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// The per-campaign sequence number of this order (the part after the last `-`).
+    pub fn seq(&self) -> u64 {
+        parse_order_id(&self.order_id).map(|(_, s)| s).unwrap_or(0)
+    }
+}
+
+/// Order ids are `<campaign_id>-<seq>`; campaign ids may themselves contain `-`.
+pub fn parse_order_id(order_id: &str) -> Result<(&str, u64), Error> {
+    let bad = || Error::order_not_found(order_id);
+    let (campaign, seq) = order_id.rsplit_once('-').ok_or_else(bad)?;
+    let seq = seq.parse::<u64>().map_err(|_| bad())?;
+    if super::validate_campaign_id(campaign).is_err() {
+        return Err(bad());
+    }
+    Ok((campaign, seq))
+}
+
+/// Query of `GET /v1/campaigns/{id}/orders`: oldest first, `cursor` is the `next_cursor` of the
+/// previous page.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderQuery {
+    pub user_id: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: Option<u32>,
+}
+
+impl OrderQuery {
+    pub const DEFAULT_LIMIT: u32 = 100;
+    pub const MAX_LIMIT: u32 = 1000;
+
+    /// Validated (after-seq, limit).
+    pub fn resolve(&self) -> Result<(u64, u32), Error> {
+        let after = match self.cursor.as_deref() {
+            None | Some("") => 0,
+            Some(c) => c.parse::<u64>().map_err(|_| {
+                Error::invalid(format!("cursor {c:?} is not one this server issued"))
+            })?,
+        };
+        let limit = self.limit.unwrap_or(Self::DEFAULT_LIMIT);
+        if !(1..=Self::MAX_LIMIT).contains(&limit) {
+            return Err(Error::invalid(format!(
+                "limit must be between 1 and {}, got {limit}",
+                Self::MAX_LIMIT
+            )));
+        }
+        if let Some(u) = &self.user_id {
+            super::validate_user_id(u)?;
+        }
+        Ok((after, limit))
+    }
+}
+
+/// A page of orders, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OrderPage {
+    pub orders: Vec<Order>,
+    pub next_cursor: Option<String>,
+}
+
+impl OrderPage {
+    /// Builds a page from up to `limit` orders fetched in seq order.
+    pub fn from_rows(orders: Vec<Order>, limit: u32) -> Self {
+        let next_cursor = if orders.len() as u32 >= limit {
+            orders.last().map(|o| o.seq().to_string())
+        } else {
+            None
+        };
+        Self {
+            orders,
+            next_cursor,
+        }
+    }
+}

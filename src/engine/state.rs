@@ -1,0 +1,257 @@
+//! The in-memory state of one campaign and the single atomic step of a claim.
+//!
+//! `CampaignState` is a plain struct with no locking and no I/O. The embedded backend wraps
+//! each campaign's state in its own mutex, so the whole check-and-take of a claim happens under
+//! one short critical section and campaigns never wait for each other. Keeping the rules here,
+//! pure and synchronous, lets them be tested exhaustively and mirrored line by line in the Redis
+//! Lua script.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::{CampaignView, ClaimAnswer, Kind, Outcome, Status};
+
+/// The immutable part of a campaign.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CampaignDef {
+    pub id: String,
+    pub kind: Kind,
+    pub per_user_limit: u64,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// Units taken from a campaign by a winning claim, not yet confirmed durable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    pub order_id: String,
+    pub seq: u64,
+    pub user_id: String,
+    pub qty: u64,
+    pub codes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Reservation {
+    pub fn answer(&self, kind: Kind) -> ClaimAnswer {
+        ClaimAnswer {
+            order_id: Some(self.order_id.clone()),
+            qty: Some(self.qty),
+            codes: (kind == Kind::Codes).then(|| self.codes.clone()),
+            ..ClaimAnswer::bare(Outcome::Won)
+        }
+    }
+}
+
+/// What the atomic step decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Rejected(ClaimAnswer),
+    Won(Reservation),
+}
+
+#[derive(Debug)]
+pub struct CampaignState {
+    pub def: CampaignDef,
+    pub total: u64,
+    pub remaining: u64,
+    pub status: Status,
+    held: HashMap<String, u64>,
+    /// Codes not held by any active order, handed out front first.
+    pool: VecDeque<String>,
+    /// Every code the campaign ever had, to refuse a restock that repeats one.
+    all_codes: HashSet<String>,
+    next_seq: u64,
+}
+
+impl CampaignState {
+    /// A fresh campaign selling `total` units (stock) or the given codes.
+    pub fn new(def: CampaignDef, total: u64, codes: Vec<String>, status: Status) -> Self {
+        let all_codes = codes.iter().cloned().collect();
+        Self {
+            def,
+            total,
+            remaining: total,
+            status,
+            held: HashMap::new(),
+            pool: codes.into(),
+            all_codes,
+            next_seq: 1,
+        }
+    }
+
+    /// Re-applies an active order found in the ledger during recovery.
+    pub fn replay_active(&mut self, user: &str, qty: u64, codes: &[String]) {
+        self.remaining = self.remaining.saturating_sub(qty);
+        *self.held.entry(user.to_owned()).or_default() += qty;
+        if !codes.is_empty() {
+            let taken: HashSet<&String> = codes.iter().collect();
+            self.pool.retain(|c| !taken.contains(c));
+        }
+    }
+
+    /// Makes sure the next order id comes after every seq the ledger has seen.
+    pub fn bump_seq(&mut self, seen: u64) {
+        self.next_seq = self.next_seq.max(seen + 1);
+    }
+
+    pub fn held_by(&self, user: &str) -> u64 {
+        self.held.get(user).copied().unwrap_or(0)
+    }
+
+    /// The atomic step: status → window → allowance → stock → take.
+    pub fn decide(&mut self, user: &str, qty: u64, now: DateTime<Utc>) -> Decision {
+        let reject = |outcome| Decision::Rejected(ClaimAnswer::bare(outcome));
+        match self.status {
+            Status::Paused => return reject(Outcome::Paused),
+            Status::Closed => return reject(Outcome::Closed),
+            Status::Active => {}
+        }
+        if self.def.starts_at.is_some_and(|s| now < s) {
+            return reject(Outcome::NotStarted);
+        }
+        if self.def.ends_at.is_some_and(|e| now >= e) {
+            return reject(Outcome::Ended);
+        }
+        let held = self.held_by(user);
+        let limit = self.def.per_user_limit;
+        if held >= limit {
+            return Decision::Rejected(ClaimAnswer {
+                held: Some(held),
+                ..ClaimAnswer::bare(Outcome::AlreadyClaimed)
+            });
+        }
+        if held + qty > limit {
+            return Decision::Rejected(ClaimAnswer {
+                held: Some(held),
+                ..ClaimAnswer::bare(Outcome::OverLimit)
+            });
+        }
+        if self.remaining < qty {
+            return Decision::Rejected(ClaimAnswer {
+                remaining: Some(self.remaining),
+                ..ClaimAnswer::bare(Outcome::SoldOut)
+            });
+        }
+        self.remaining -= qty;
+        *self.held.entry(user.to_owned()).or_default() += qty;
+        let codes = match self.def.kind {
+            Kind::Stock => Vec::new(),
+            Kind::Codes => self.pool.drain(..qty as usize).collect(),
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Decision::Won(Reservation {
+            order_id: format!("{}-{seq}", self.def.id),
+            seq,
+            user_id: user.to_owned(),
+            qty,
+            codes,
+            created_at: now,
+        })
+    }
+
+    /// Gives back the units, codes and allowance of an order (cancel, or a failed commit).
+    pub fn release(&mut self, user: &str, qty: u64, codes: &[String]) {
+        self.remaining = (self.remaining + qty).min(self.total);
+        if let Some(h) = self.held.get_mut(user) {
+            *h = h.saturating_sub(qty);
+            if *h == 0 {
+                self.held.remove(user);
+            }
+        }
+        for code in codes.iter().rev() {
+            self.pool.push_front(code.clone());
+        }
+    }
+
+    /// The first of `codes` this campaign already has, if any.
+    pub fn known_code<'a>(&self, codes: &'a [String]) -> Option<&'a String> {
+        codes.iter().find(|c| self.all_codes.contains(*c))
+    }
+
+    pub fn add_units(&mut self, units: u64) {
+        self.total += units;
+        self.remaining += units;
+    }
+
+    pub fn add_codes(&mut self, codes: Vec<String>) {
+        self.add_units(codes.len() as u64);
+        self.all_codes.extend(codes.iter().cloned());
+        self.pool.extend(codes);
+    }
+
+    pub fn view(&self) -> CampaignView {
+        CampaignView {
+            id: self.def.id.clone(),
+            kind: self.def.kind,
+            total: self.total,
+            remaining: self.remaining,
+            per_user_limit: self.def.per_user_limit,
+            status: self.status,
+            starts_at: self.def.starts_at,
+            ends_at: self.def.ends_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stock(total: u64, limit: u64) -> CampaignState {
+        let def = CampaignDef {
+            id: "air-12".into(),
+            kind: Kind::Stock,
+            per_user_limit: limit,
+            starts_at: None,
+            ends_at: None,
+        };
+        CampaignState::new(def, total, vec![], Status::Active)
+    }
+
+    fn outcome(d: &Decision) -> Outcome {
+        match d {
+            Decision::Rejected(a) => a.outcome,
+            Decision::Won(_) => Outcome::Won,
+        }
+    }
+
+    /// The transcript of seed 002: stock 5, limit 2.
+    #[test]
+    fn seed_002_transcript() {
+        let mut s = stock(5, 2);
+        let now = Utc::now();
+        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::Won);
+        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::AlreadyClaimed);
+        assert_eq!(outcome(&s.decide("u102", 2, now)), Outcome::Won);
+        assert_eq!(outcome(&s.decide("u103", 3, now)), Outcome::OverLimit);
+        assert_eq!(outcome(&s.decide("u103", 2, now)), Outcome::SoldOut);
+        assert_eq!(s.remaining, 1);
+    }
+
+    #[test]
+    fn release_restores_everything() {
+        let def = CampaignDef {
+            id: "p".into(),
+            kind: Kind::Codes,
+            per_user_limit: 1,
+            starts_at: None,
+            ends_at: None,
+        };
+        let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
+        let Decision::Won(r) = s.decide("u1", 1, Utc::now()) else {
+            panic!("should win")
+        };
+        assert_eq!(r.codes, vec!["A".to_string()]);
+        s.release(&r.user_id, r.qty, &r.codes);
+        assert_eq!(s.remaining, 2);
+        assert_eq!(s.held_by("u1"), 0);
+        let Decision::Won(again) = s.decide("u1", 1, Utc::now()) else {
+            panic!("should win again")
+        };
+        assert_eq!(again.codes, vec!["A".to_string()]);
+        assert_ne!(again.order_id, r.order_id);
+    }
+}

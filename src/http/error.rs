@@ -1,0 +1,63 @@
+//! Every refusal leaves as `{"error": {"code", "message"}}` with the status the contract gives.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::domain::Error;
+
+/// An API error: status, stable code, human message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let (status, code) = match &e {
+            Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "internal"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut resp = (self.status, Json(body)).into_response();
+        if matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}

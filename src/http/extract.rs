@@ -1,0 +1,124 @@
+//! Extractors that turn every malformed input into a clear 4xx before a handler runs.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::domain::IdempotencyKey;
+
+/// A JSON body whose rejections use the API's error format.
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Body(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is larger than this route accepts",
+        );
+    }
+    let message = match &r {
+        JsonRejection::MissingJsonContentType(_) => {
+            "expected a body with content-type: application/json".to_owned()
+        }
+        JsonRejection::JsonSyntaxError(e) => format!("body is not valid JSON: {}", source(e)),
+        JsonRejection::JsonDataError(e) => format!("body does not match the schema: {}", source(e)),
+        other => other.body_text(),
+    };
+    ApiError::invalid(message)
+}
+
+fn source(e: &dyn std::error::Error) -> String {
+    let mut err: &dyn std::error::Error = e;
+    while let Some(inner) = err.source() {
+        err = inner;
+    }
+    err.to_string()
+}
+
+/// A path with the API's error format.
+pub struct PathArg<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathArg<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathArg(p.0))
+            .map_err(|r: PathRejection| ApiError::invalid(r.body_text()))
+    }
+}
+
+/// A query string with the API's error format.
+pub struct QueryArg<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryArg<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryArg(q.0))
+            .map_err(|r: QueryRejection| {
+                ApiError::invalid(format!("bad query string: {}", source(&r)))
+            })
+    }
+}
+
+/// Proof that the request carries the admin bearer token (compared in constant time).
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("this route needs Authorization: Bearer <admin token>"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("Authorization must be 'Bearer <admin token>'"))?;
+        if state.admin_token.matches(token) {
+            Ok(Admin)
+        } else {
+            Err(unauthorized("the admin token is wrong"))
+        }
+    }
+}
+
+/// The optional `Idempotency-Key` header, validated.
+pub struct IdemHeader(pub Option<IdempotencyKey>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdemHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(IdemHeader(None));
+        };
+        let key = value
+            .to_str()
+            .map_err(|_| ApiError::invalid("Idempotency-Key must be visible ASCII"))?;
+        Ok(IdemHeader(Some(IdempotencyKey::new(key)?)))
+    }
+}

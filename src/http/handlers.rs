@@ -1,0 +1,132 @@
+//! Route handlers: decode, validate, call the backend, encode. No business rules live here.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
+use super::AppState;
+use crate::domain::{
+    CampaignView, ClaimAnswer, ClaimRequest, Error, NewCampaign, NewCampaignBody, Order, OrderPage,
+    OrderQuery, Restock, RestockBody, Status,
+};
+
+type Answer<T> = Result<Json<T>, ApiError>;
+
+pub async fn create_campaign(
+    _: Admin,
+    State(app): State<AppState>,
+    Body(body): Body<NewCampaignBody>,
+) -> Result<(StatusCode, Json<CampaignView>), ApiError> {
+    let campaign = NewCampaign::try_from(body)?;
+    let view = app.backend.create_campaign(campaign).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+pub async fn get_campaign(
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<CampaignView> {
+    Ok(Json(app.backend.campaign(&id).await?))
+}
+
+pub async fn restock(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+    Body(body): Body<RestockBody>,
+) -> Answer<CampaignView> {
+    // Unknown campaign is 404 even when the body is also wrong.
+    app.backend.campaign(&id).await?;
+    let restock = Restock::try_from(body)?;
+    Ok(Json(app.backend.restock(&id, restock).await?))
+}
+
+async fn set_status(app: AppState, id: String, status: Status) -> Answer<CampaignView> {
+    Ok(Json(app.backend.set_status(&id, status).await?))
+}
+
+pub async fn pause(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<CampaignView> {
+    set_status(app, id, Status::Paused).await
+}
+
+pub async fn resume(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<CampaignView> {
+    set_status(app, id, Status::Active).await
+}
+
+pub async fn close(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<CampaignView> {
+    set_status(app, id, Status::Closed).await
+}
+
+pub async fn claim(
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+    IdemHeader(key): IdemHeader,
+    Body(req): Body<ClaimRequest>,
+) -> Answer<ClaimAnswer> {
+    req.validate()?;
+    Ok(Json(app.backend.claim(&id, req, key).await?))
+}
+
+pub async fn get_order(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<Order> {
+    Ok(Json(app.backend.order(&id).await?))
+}
+
+pub async fn list_orders(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+    QueryArg(query): QueryArg<OrderQuery>,
+) -> Answer<OrderPage> {
+    Ok(Json(app.backend.orders(&id, query).await?))
+}
+
+pub async fn cancel(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<Order> {
+    Ok(Json(app.backend.cancel(&id).await?))
+}
+
+pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
+    match app.backend.health().await {
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ok"}))),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(
+                json!({"status": "unavailable", "error": {"code": "internal", "message": e.to_string()}}),
+            ),
+        ),
+    }
+}
+
+pub async fn not_found() -> ApiError {
+    Error::NotFound("no such route; see the API reference in the README".into()).into()
+}
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request",
+        "this route does not accept that method",
+    )
+}

@@ -1,0 +1,98 @@
+//! The ledger: the durable system of record for campaigns, orders and idempotency answers.
+//!
+//! A ledger applies batches of [`LedgerWrite`]s, each batch in one transaction, and answers the
+//! read queries of the API. Writes are idempotent where they can arrive twice (orders are
+//! inserted with `ON CONFLICT DO NOTHING` on the order id), so a replayed batch is harmless.
+
+mod group_commit;
+mod rows;
+mod sqlite;
+
+pub use group_commit::{CommitError, GroupCommit};
+pub use sqlite::SqliteLedger;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{ClaimAnswer, Order, Status};
+use crate::engine::state::CampaignDef;
+
+/// An idempotency answer to keep: the first processed answer for (campaign, user, key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdemRecord {
+    pub campaign_id: String,
+    pub user_id: String,
+    pub key: String,
+    pub answer: ClaimAnswer,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One state change to persist.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LedgerWrite {
+    CreateCampaign {
+        def: CampaignDef,
+        total: u64,
+        codes: Vec<String>,
+        status: Status,
+        at: DateTime<Utc>,
+    },
+    Order(Order),
+    Idem(IdemRecord),
+    Restock {
+        campaign_id: String,
+        units: u64,
+        codes: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    Status {
+        campaign_id: String,
+        status: Status,
+        at: DateTime<Utc>,
+    },
+    Cancel {
+        order_id: String,
+        at: DateTime<Utc>,
+    },
+}
+
+/// A campaign as the ledger holds it, with what recovery needs to rebuild the engine state.
+#[derive(Debug, Clone)]
+pub struct StoredCampaign {
+    pub def: CampaignDef,
+    pub total: u64,
+    pub status: Status,
+    /// Every code of the campaign, in the order they were added.
+    pub codes: Vec<String>,
+    /// (user, qty, codes) of every active order.
+    pub active: Vec<(String, u64, Vec<String>)>,
+    /// Highest order seq ever used (active or cancelled).
+    pub max_seq: u64,
+    /// Idempotency answers younger than the retention.
+    pub idem: Vec<IdemRecord>,
+}
+
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    /// Applies the writes in one transaction: all or nothing.
+    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()>;
+
+    async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>>;
+
+    /// Orders of a campaign with seq > `after`, oldest first.
+    async fn orders(
+        &self,
+        campaign_id: &str,
+        user_id: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> anyhow::Result<Vec<Order>>;
+
+    /// Everything needed to rebuild the engine state; idempotency answers since `idem_since`.
+    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>>;
+
+    /// Deletes idempotency answers older than `before`; returns how many.
+    async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64>;
+
+    async fn ping(&self) -> anyhow::Result<()>;
+}

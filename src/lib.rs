@@ -1,0 +1,14 @@
+//! seckill: a flash-sale engine that never oversells and never loses an acknowledged order.
+//!
+//! The library holds everything; `main.rs` only parses the command line and calls [`cli::run`].
+
+pub mod backend;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod domain;
+pub mod engine;
+pub mod http;
+pub mod ledger;
+pub mod load;
+pub mod telemetry;
