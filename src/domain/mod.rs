@@ -18,7 +18,11 @@ pub use error::Error;
 pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
 pub use validate::{validate_campaign_id, validate_user_id};
 
-/// Current time in microseconds since the Unix epoch: the unit every ledger stores.
-pub fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
+/// The current time, truncated to the microseconds every ledger stores, so an answer built
+/// from memory equals the same value read back from the ledger.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::DurationRound;
+    let t = chrono::Utc::now();
+    t.duration_trunc(chrono::TimeDelta::microseconds(1))
+        .unwrap_or(t)
 }

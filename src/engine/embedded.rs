@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
+
+use crate::domain::now;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
@@ -191,7 +193,7 @@ impl Backend for Embedded {
                 total,
                 codes: codes.clone(),
                 status: Status::Active,
-                at: Utc::now(),
+                at: now(),
             }])
             .await
             .map_err(commit_failed)?;
@@ -231,7 +233,7 @@ impl Backend for Embedded {
                 campaign_id: id.to_owned(),
                 units,
                 codes,
-                at: Utc::now(),
+                at: now(),
             }])
             .await
             .map_err(commit_failed)?;
@@ -265,7 +267,7 @@ impl Backend for Embedded {
             let write = LedgerWrite::Status {
                 campaign_id: id.to_owned(),
                 status: to,
-                at: Utc::now(),
+                at: now(),
             };
             self.commit
                 .submit(vec![write], move |r| {
@@ -304,7 +306,7 @@ impl Backend for Embedded {
         key: Option<IdempotencyKey>,
     ) -> Result<ClaimAnswer, Error> {
         let cell = self.cell(id)?;
-        let now = Utc::now();
+        let now = now();
         let rx = 'decide: {
             let mut inner = cell.inner.lock();
             if let Some(k) = &key {
@@ -407,7 +409,7 @@ impl Backend for Embedded {
         if order.state == OrderState::Cancelled {
             return Ok(order);
         }
-        let at = Utc::now();
+        let at = now();
         self.commit
             .run(vec![LedgerWrite::Cancel {
                 order_id: order_id.to_owned(),

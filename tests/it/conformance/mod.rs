@@ -1,0 +1,4 @@
+//! Behavioural tests, written once and run against every deployment (see `conformance!`).
+
+mod admin;
+mod claims;

@@ -1,0 +1,232 @@
+//! Crash and shutdown tests against the real `seckill serve` process.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::json;
+
+use seckill::client::{ClaimReply, Client};
+use seckill::domain::{ClaimAnswer, Outcome};
+
+use crate::helpers::TOKEN;
+use crate::invariants;
+
+/// A `seckill serve` child process on a free port.
+struct Proc {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    fn start(data: &Path) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-token",
+                TOKEN,
+                "--data",
+            ])
+            .arg(data)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the seckill binary starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve logs its address before anything else ends its output")
+                .unwrap();
+            log.lock().push(line.clone());
+            if let Some(at) = line.find("listening on http://") {
+                let rest = &line[at + "listening on ".len()..];
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            lines
+                .map_while(Result::ok)
+                .for_each(|l| sink.lock().push(l))
+        });
+        Proc { child, url, log }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.url, TOKEN)
+    }
+
+    fn signal(&self, sig: i32) {
+        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(rc, 0, "signal delivered");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Answered = Arc<Mutex<Vec<(String, String, Option<String>, ClaimAnswer)>>>;
+
+/// Claims on both campaigns from 64 workers until `stop`; records every processed answer as
+/// (campaign, user, key, answer).
+fn spawn_load(
+    client: Client,
+    stop: Arc<AtomicBool>,
+    answered: Answered,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let n = Arc::new(AtomicU64::new(0));
+    (0..64)
+        .map(|w| {
+            let (client, stop, answered, n) =
+                (client.clone(), stop.clone(), answered.clone(), n.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = n.fetch_add(1, Ordering::Relaxed);
+                    let campaign = if i % 2 == 0 {
+                        "crash-stock"
+                    } else {
+                        "crash-codes"
+                    };
+                    let user = format!("user-{}", (i * 7919) % 3000);
+                    let qty = 1 + (i % 2);
+                    let key = (w % 4 == 0).then(|| format!("key-{i}"));
+                    match client.claim(campaign, &user, qty, key.as_deref()).await {
+                        Ok(ClaimReply::Processed(a)) => {
+                            answered.lock().push((campaign.into(), user, key, a))
+                        }
+                        Ok(ClaimReply::Refused(..)) => {}
+                        Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn setup(client: &Client) {
+    client
+        .create_campaign(&json!({"id": "crash-stock", "stock": 20_000, "per_user_limit": 3}))
+        .await
+        .unwrap();
+    let codes: Vec<String> = (0..20_000).map(|i| format!("CODE-{i:05}")).collect();
+    client
+        .create_campaign(&json!({"id": "crash-codes", "codes": codes, "per_user_limit": 3}))
+        .await
+        .unwrap();
+}
+
+/// After a restart: every `won` is an order, invariants hold, keys replay, selling continues.
+async fn verify_after_restart(client: &Client, answered: &Answered) {
+    let answered = answered.lock().clone();
+    let mut won: HashMap<&str, Vec<(String, ClaimAnswer)>> = HashMap::new();
+    for (campaign, user, _, a) in &answered {
+        if a.outcome == Outcome::Won {
+            won.entry(campaign.as_str())
+                .or_default()
+                .push((user.clone(), a.clone()));
+        }
+    }
+    assert!(
+        won.values().map(Vec::len).sum::<usize>() > 50,
+        "the load won something before the stop"
+    );
+    for campaign in ["crash-stock", "crash-codes"] {
+        let view = client.campaign(campaign).await.unwrap();
+        let orders = client.all_orders(campaign).await.unwrap();
+        invariants::check(
+            &view,
+            &orders,
+            won.get(campaign).map_or(&[][..], |v| v),
+            false,
+        );
+    }
+    for (campaign, user, key, a) in answered.iter().filter(|(_, _, k, _)| k.is_some()).take(200) {
+        let replay = client
+            .claim(campaign, user, 1, key.as_deref())
+            .await
+            .unwrap();
+        match replay {
+            ClaimReply::Processed(r) => {
+                assert_eq!(&r, a, "key {key:?} replays its answer after restart")
+            }
+            other => panic!("replay refused: {other:?}"),
+        }
+    }
+    let fresh = client
+        .claim("crash-stock", "after-restart", 1, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(fresh, ClaimReply::Processed(ref a) if a.outcome == Outcome::Won),
+        "{fresh:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_mid_load_loses_no_acknowledged_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Proc::start(dir.path());
+    setup(&first.client()).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered: Answered = Arc::default();
+    let load = spawn_load(first.client(), stop.clone(), answered.clone());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    first.signal(libc::SIGKILL);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    drop(first);
+    let second = Proc::start(dir.path());
+    verify_after_restart(&second.client(), &answered).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_mid_load_shuts_down_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Proc::start(dir.path());
+    setup(&first.client()).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered: Answered = Arc::default();
+    let load = spawn_load(first.client(), stop.clone(), answered.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.signal(libc::SIGTERM);
+    let status = tokio::task::spawn_blocking(move || {
+        let s = first.child.wait().unwrap();
+        (s, first)
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    let (exit, first) = status;
+    assert!(exit.success(), "SIGTERM exits 0, got {exit}");
+    assert!(
+        first
+            .log
+            .lock()
+            .iter()
+            .any(|l| l.contains("shut down cleanly")),
+        "the log says it shut down cleanly"
+    );
+    let second = Proc::start(dir.path());
+    verify_after_restart(&second.client(), &answered).await;
+}

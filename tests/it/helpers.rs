@@ -1,0 +1,103 @@
+//! Test helpers: start a deployment on a free port with fresh storage, talk to it.
+
+use reqwest::Method;
+use seckill::client::{ClaimReply, Client};
+use seckill::config::ServeConfig;
+use seckill::domain::ClaimAnswer;
+use serde_json::Value;
+
+pub const TOKEN: &str = "test-admin-token";
+
+/// Which deployment a conformance test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deploy {
+    Embedded,
+}
+
+/// A running deployment and a client for it.
+pub struct App {
+    pub client: Client,
+    server: Option<seckill::cli::Running>,
+    _dir: tempfile::TempDir,
+}
+
+impl App {
+    pub async fn spawn(deploy: Deploy) -> App {
+        match deploy {
+            Deploy::Embedded => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let server = seckill::cli::start(ServeConfig::ephemeral(dir.path().into(), TOKEN))
+                    .await
+                    .expect("embedded server starts");
+                App {
+                    client: Client::new(&server.url(), TOKEN),
+                    server: Some(server),
+                    _dir: dir,
+                }
+            }
+        }
+    }
+
+    /// Waits until every `won` answered so far is visible in the ledger (a no-op when the
+    /// deployment commits before answering).
+    pub async fn settle(&self) {}
+
+    pub async fn create(&self, spec: Value) -> seckill::domain::CampaignView {
+        self.client
+            .create_campaign(&spec)
+            .await
+            .expect("campaign created")
+    }
+
+    pub async fn claim(&self, campaign: &str, user: &str, qty: u64) -> ClaimAnswer {
+        self.claim_with_key(campaign, user, qty, None).await
+    }
+
+    pub async fn claim_with_key(
+        &self,
+        campaign: &str,
+        user: &str,
+        qty: u64,
+        key: Option<&str>,
+    ) -> ClaimAnswer {
+        match self
+            .client
+            .claim(campaign, user, qty, key)
+            .await
+            .expect("claim request")
+        {
+            ClaimReply::Processed(a) => a,
+            ClaimReply::Refused(s, body) => panic!("claim refused with {s}: {body}"),
+        }
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (s, v) = self
+            .client
+            .admin(method, path, body.as_ref())
+            .await
+            .expect("admin request");
+        (s.as_u16(), v)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await.expect("clean stop");
+        }
+    }
+}
+
+/// Instantiates each listed `async fn name(deploy: Deploy)` once per deployment.
+#[macro_export]
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Deploy::Embedded).await
+                }
+            )*
+        }
+    };
+}
