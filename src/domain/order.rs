@@ -106,9 +106,12 @@ pub struct OrderPage {
 }
 
 impl OrderPage {
-    /// Builds a page from up to `limit` orders fetched in seq order.
-    pub fn from_rows(orders: Vec<Order>, limit: u32) -> Self {
-        let next_cursor = if orders.len() as u32 >= limit {
+    /// Builds a page from up to `limit + 1` orders fetched in seq order: the extra row, if
+    /// present, only tells that another page exists.
+    pub fn from_rows(mut orders: Vec<Order>, limit: u32) -> Self {
+        let more = orders.len() > limit as usize;
+        orders.truncate(limit as usize);
+        let next_cursor = if more {
             orders.last().map(|o| o.seq().to_string())
         } else {
             None

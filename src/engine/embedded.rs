@@ -393,7 +393,7 @@ impl Backend for Embedded {
         let (after, limit) = query.resolve()?;
         let rows = self
             .ledger
-            .orders(campaign_id, query.user_id.as_deref(), after, limit)
+            .orders(campaign_id, query.user_id.as_deref(), after, limit + 1)
             .await
             .map_err(|e| Error::unavailable("reading orders failed", e))?;
         Ok(OrderPage::from_rows(rows, limit))

@@ -255,3 +255,6 @@ mod tests {
         assert_ne!(again.order_id, r.order_id);
     }
 }
+
+#[cfg(test)]
+mod props;

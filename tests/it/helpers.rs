@@ -80,6 +80,11 @@ impl App {
         (s.as_u16(), v)
     }
 
+    /// The data directory of an embedded deployment.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     pub async fn stop(mut self) {
         if let Some(s) = self.server.take() {
             s.stop().await.expect("clean stop");

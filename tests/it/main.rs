@@ -2,6 +2,7 @@
 //! temp dirs, real server processes for the crash tests.
 
 mod bad_input;
+mod commit_failure;
 mod conformance;
 mod crash;
 mod helpers;
