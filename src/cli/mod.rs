@@ -58,3 +58,11 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_line_definition_is_consistent() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+}

@@ -1,9 +1,6 @@
 //! Crash and shutdown tests against the real `seckill serve` process.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,71 +11,8 @@ use serde_json::json;
 use seckill::client::{ClaimReply, Client};
 use seckill::domain::{ClaimAnswer, Outcome};
 
-use crate::helpers::TOKEN;
 use crate::invariants;
-
-/// A `seckill serve` child process on a free port.
-struct Proc {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn start(data: &Path) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-token",
-                TOKEN,
-                "--data",
-            ])
-            .arg(data)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the seckill binary starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("serve logs its address before anything else ends its output")
-                .unwrap();
-            log.lock().push(line.clone());
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            lines
-                .map_while(Result::ok)
-                .for_each(|l| sink.lock().push(l))
-        });
-        Proc { child, url, log }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.url, TOKEN)
-    }
-
-    fn signal(&self, sig: i32) {
-        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
-        assert_eq!(rc, 0, "signal delivered");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::process::Proc;
 
 type Answered = Arc<Mutex<Vec<(String, String, Option<String>, ClaimAnswer)>>>;
 

@@ -2,8 +2,10 @@
 //! temp dirs, real server processes for the crash tests.
 
 mod bad_input;
+mod cli;
 mod commit_failure;
 mod conformance;
 mod crash;
 mod helpers;
 mod invariants;
+mod process;

@@ -1,0 +1,94 @@
+//! A real `seckill` child process, for tests that kill, signal or restart it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use seckill::client::Client;
+
+use crate::helpers::TOKEN;
+
+/// A `seckill serve` child process on a free port.
+pub struct Proc {
+    pub child: Child,
+    pub url: String,
+    /// stderr lines (the log).
+    pub log: Arc<Mutex<Vec<String>>>,
+    /// stdout lines (user-facing output, e.g. a generated admin token).
+    pub stdout: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    /// `seckill serve` on a free port with `data` as its data directory.
+    pub fn start(data: &Path) -> Proc {
+        let data = data.to_str().expect("utf-8 temp path");
+        let args = [
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-token",
+            TOKEN,
+            "--data",
+            data,
+        ];
+        Self::spawn(&args, &[])
+    }
+
+    /// `seckill serve <args>` with `env` set; waits for the line that gives its address.
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the seckill binary starts");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let sink = stdout.clone();
+        let out = BufReader::new(child.stdout.take().unwrap()).lines();
+        std::thread::spawn(move || out.map_while(Result::ok).for_each(|l| sink.lock().push(l)));
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let url = loop {
+            let Some(Ok(line)) = lines.next() else {
+                panic!("serve exited before listening: {:?}", log.lock());
+            };
+            log.lock().push(line.clone());
+            if let Some(at) = line.find("listening on http://") {
+                let rest = &line[at + "listening on ".len()..];
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            lines
+                .map_while(Result::ok)
+                .for_each(|l| sink.lock().push(l))
+        });
+        Proc {
+            child,
+            url,
+            log,
+            stdout,
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, TOKEN)
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let rc = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(rc, 0, "signal delivered");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
