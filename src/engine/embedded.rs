@@ -96,16 +96,14 @@ impl Embedded {
         let ttl = chrono::Duration::from_std(opts.idempotency_ttl)?;
         let mut campaigns = HashMap::new();
         for stored in ledger.snapshot(Utc::now() - ttl).await? {
-            let mut state = CampaignState::new(
+            let state = CampaignState::recover(
                 stored.def.clone(),
                 stored.total,
                 stored.codes,
                 stored.status,
+                &stored.active,
+                stored.max_seq,
             );
-            for (user, qty, codes) in &stored.active {
-                state.replay_active(user, *qty, codes);
-            }
-            state.bump_seq(stored.max_seq);
             let cell = Cell::new(state);
             {
                 let mut inner = cell.inner.lock();

@@ -81,19 +81,29 @@ impl CampaignState {
         }
     }
 
-    /// Re-applies an active order found in the ledger during recovery.
-    pub fn replay_active(&mut self, user: &str, qty: u64, codes: &[String]) {
-        self.remaining = self.remaining.saturating_sub(qty);
-        *self.held.entry(user.to_owned()).or_default() += qty;
-        if !codes.is_empty() {
-            let taken: HashSet<&String> = codes.iter().collect();
-            self.pool.retain(|c| !taken.contains(c));
+    /// Rebuilds a campaign from the ledger: its definition, every code it ever had, its
+    /// active orders as (user, qty, codes) and the highest order seq ever used. One pass, so
+    /// a campaign with a million codes and orders recovers in linear time.
+    pub fn recover(
+        def: CampaignDef,
+        total: u64,
+        codes: Vec<String>,
+        status: Status,
+        active: &[(String, u64, Vec<String>)],
+        max_seq: u64,
+    ) -> Self {
+        let mut state = Self::new(def, total, codes, status);
+        let mut taken: HashSet<&str> = HashSet::new();
+        for (user, qty, codes) in active {
+            state.remaining = state.remaining.saturating_sub(*qty);
+            *state.held.entry(user.clone()).or_default() += qty;
+            taken.extend(codes.iter().map(String::as_str));
         }
-    }
-
-    /// Makes sure the next order id comes after every seq the ledger has seen.
-    pub fn bump_seq(&mut self, seen: u64) {
-        self.next_seq = self.next_seq.max(seen + 1);
+        if !taken.is_empty() {
+            state.pool.retain(|c| !taken.contains(c.as_str()));
+        }
+        state.next_seq = max_seq + 1;
+        state
     }
 
     pub fn held_by(&self, user: &str) -> u64 {

@@ -53,6 +53,7 @@ proptest! {
         let mut active: Vec<Reservation> = Vec::new();
         let mut next_code = total;
         let mut ids = HashSet::new();
+        let mut max_seq = 0;
         for op in ops {
             match op {
                 Op::Claim { user, qty } => {
@@ -61,6 +62,7 @@ proptest! {
                     match s.decide(&user, qty, Utc::now()) {
                         Decision::Won(r) => {
                             prop_assert!(ids.insert(r.order_id.clone()), "order id reused");
+                            max_seq = max_seq.max(r.seq);
                             prop_assert_eq!(r.codes.len() as u64, if codes { qty } else { 0 });
                             active.push(r);
                         }
@@ -106,5 +108,17 @@ proptest! {
                 prop_assert!(s.pool.iter().all(|c| !distinct.contains(c)), "a held code is still in the pool");
             }
         }
+        // What the ledger would hold rebuilds the same state.
+        let all: Vec<String> = match kind {
+            Kind::Stock => vec![],
+            Kind::Codes => (0..next_code).map(|i| format!("C{i}")).collect(),
+        };
+        let ledger: Vec<_> = active.iter().map(|r| (r.user_id.clone(), r.qty, r.codes.clone())).collect();
+        let back = CampaignState::recover(s.def.clone(), s.total, all, s.status, &ledger, max_seq);
+        prop_assert_eq!(back.view(), s.view());
+        prop_assert_eq!(&back.held, &s.held);
+        let pool = |st: &CampaignState| st.pool.iter().cloned().collect::<HashSet<_>>();
+        prop_assert_eq!(pool(&back), pool(&s));
+        prop_assert!(back.next_seq > max_seq);
     }
 }
