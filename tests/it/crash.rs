@@ -111,21 +111,44 @@ async fn verify_after_restart(client: &Client, answered: &Answered) {
     );
 }
 
+/// A running load and the answers it collected.
+struct Load {
+    stop: Arc<AtomicBool>,
+    answered: Answered,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(client: Client) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered: Answered = Arc::default();
+        let tasks = spawn_load(client, stop.clone(), answered.clone());
+        Load {
+            stop,
+            answered,
+            tasks,
+        }
+    }
+
+    async fn stop(self) -> Answered {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        self.answered
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_mid_load_loses_no_acknowledged_order() {
     let dir = tempfile::tempdir().unwrap();
     let first = Proc::start(dir.path());
     setup(&first.client()).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let answered: Answered = Arc::default();
-    let load = spawn_load(first.client(), stop.clone(), answered.clone());
+    let load = Load::start(first.client());
     tokio::time::sleep(Duration::from_millis(700)).await;
     first.signal(libc::SIGKILL);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in load {
-        t.await.unwrap();
-    }
+    let answered = load.stop().await;
     drop(first);
     let second = Proc::start(dir.path());
     verify_after_restart(&second.client(), &answered).await;
@@ -136,22 +159,13 @@ async fn sigterm_mid_load_shuts_down_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = Proc::start(dir.path());
     setup(&first.client()).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let answered: Answered = Arc::default();
-    let load = spawn_load(first.client(), stop.clone(), answered.clone());
+    let load = Load::start(first.client());
     tokio::time::sleep(Duration::from_millis(500)).await;
     first.signal(libc::SIGTERM);
-    let status = tokio::task::spawn_blocking(move || {
-        let s = first.child.wait().unwrap();
-        (s, first)
-    })
-    .await
-    .unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for t in load {
-        t.await.unwrap();
-    }
-    let (exit, first) = status;
+    let (exit, first) = tokio::task::spawn_blocking(move || (first.child.wait().unwrap(), first))
+        .await
+        .unwrap();
+    let answered = load.stop().await;
     assert!(exit.success(), "SIGTERM exits 0, got {exit}");
     assert!(
         first

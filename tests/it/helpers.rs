@@ -80,6 +80,15 @@ impl App {
         (s.as_u16(), v)
     }
 
+    /// An admin request expected to be refused: its status and error code.
+    pub async fn refusal(&self, method: Method, path: &str, body: Option<Value>) -> (u16, String) {
+        let (s, v) = self.admin(method, path, body).await;
+        (
+            s,
+            v["error"]["code"].as_str().unwrap_or("<none>").to_owned(),
+        )
+    }
+
     /// The data directory of an embedded deployment.
     pub fn data_dir(&self) -> &std::path::Path {
         self._dir.path()
