@@ -157,9 +157,17 @@ pub async fn put_limits(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
-    Body(limits): Body<CampaignLimits>,
+    Body(body): Body<serde_json::Value>,
 ) -> Result<Json<CampaignLimits>, ApiError> {
     app.backend.campaign(&id).await?;
+    // Only an object: serde would also read a struct from an array.
+    if !body.is_object() {
+        return Err(ApiError::invalid(
+            "limits must be an object such as {\"per_user\": \"5/s\", \"per_ip\": \"50/s\"}",
+        ));
+    }
+    let limits: CampaignLimits = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid(format!("body does not match the schema: {e}")))?;
     let stored = app.backend.set_limits(&id, limits).await?;
     app.guards.set_campaign_limits(&id, stored);
     Ok(Json(stored))
