@@ -4,5 +4,6 @@
 mod bad_input;
 mod conformance;
 mod crash;
+mod guards;
 mod helpers;
 mod invariants;
