@@ -4,12 +4,15 @@
 //! gate, PostgreSQL ledger, order stream) both implement [`Backend`]; the router, the CLI and
 //! the conformance tests only ever see this trait, which keeps the two behaviours identical.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::domain::{
-    CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, NewCampaign, Order, OrderPage,
-    OrderQuery, Restock, Status,
+    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, NewCampaign,
+    Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::guard::soldout::StockBoard;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -48,4 +51,18 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Finishes outstanding work (pending commits, pipeline) before the process exits.
     async fn shutdown(&self);
+
+    /// Stores a campaign's guard rate limits (replacing the previous ones); unknown campaign
+    /// is [`Error::NotFound`].
+    async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error>;
+
+    /// Every campaign's stored guard rate limits (loaded by the guards at startup).
+    async fn all_limits(&self) -> Result<Vec<(String, CampaignLimits)>, Error>;
+
+    /// The stock board this backend keeps current (see `guard::soldout` for the contract a
+    /// backend must meet to publish one). `None` turns off the sold-out fast path and the
+    /// admission gate, which is always safe.
+    fn stock_board(&self) -> Option<Arc<StockBoard>> {
+        None
+    }
 }

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use crate::guard::args::GuardArgs;
+use crate::guard::secret::Secret;
+
 /// When a commit counts as durable in the embedded ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SyncMode {
@@ -27,7 +30,12 @@ pub struct ServeConfig {
     /// Bearer token of the admin routes. If unset, one is generated on first start, printed
     /// once and kept in <data>/admin-token.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
+
+    /// Serve the admin routes (and /metrics) only on this address; they answer 404 on
+    /// --listen. Unset: everything on --listen.
+    #[arg(long, env = "SECKILL_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
 
     /// Durability of embedded commits.
     #[arg(long, env = "SECKILL_SYNC", value_enum, default_value = "full")]
@@ -48,6 +56,10 @@ pub struct ServeConfig {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "SECKILL_LOG_JSON")]
     pub log_json: bool,
+
+    /// Rate limits, admission gate, shedding, client IP, signed identity.
+    #[command(flatten)]
+    pub guard: GuardArgs,
 }
 
 impl ServeConfig {
@@ -56,12 +68,14 @@ impl ServeConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data,
-            admin_token: Some(admin_token.to_owned()),
+            admin_token: Some(Secret::new(admin_token)),
+            admin_listen: None,
             sync: SyncMode::Full,
             max_batch: 4096,
             idempotency_hours: 24,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
+            guard: GuardArgs::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod guard;
 pub mod http;
 pub mod ledger;
 pub mod load;

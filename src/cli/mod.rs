@@ -2,6 +2,7 @@
 
 mod demo;
 mod serve;
+mod sign_user;
 
 use std::process::ExitCode;
 
@@ -23,10 +24,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP service (embedded deployment by default).
-    Serve(crate::config::ServeConfig),
+    Serve(Box<crate::config::ServeConfig>),
     /// Run seed 000's scenario (10 coupons, 100 users, 20 at a time) against an in-process
     /// server and check its outcome.
     Demo(demo::DemoOpts),
+    /// Print a signed identity token (X-Seckill-User) for a user: for trying a deployment
+    /// that has --user-signing-key set.
+    SignUser(sign_user::SignUserOpts),
 }
 
 /// Entry point of the binary.
@@ -34,7 +38,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli
         .command
-        .unwrap_or_else(|| Command::Serve(crate::config::ServeConfig::parse_default()));
+        .unwrap_or_else(|| Command::Serve(Box::new(crate::config::ServeConfig::parse_default())));
     let json_logs = matches!(&command, Command::Serve(c) if c.log_json);
     crate::telemetry::init(json_logs);
     let runtime = match tokio::runtime::Runtime::new() {
@@ -46,8 +50,9 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match command {
-            Command::Serve(cfg) => serve::run(cfg).await,
+            Command::Serve(cfg) => serve::run(*cfg).await,
             Command::Demo(opts) => demo::run(opts).await,
+            Command::SignUser(opts) => sign_user::run(opts),
         }
     });
     match result {

@@ -13,11 +13,14 @@ use tokio::task::JoinHandle;
 use crate::backend::Backend;
 use crate::config::{ServeConfig, SyncMode};
 use crate::engine::{Embedded, EmbeddedOptions};
+use crate::guard::Guards;
 use crate::http::{self, AdminToken, HttpOptions};
 
 /// A server started in this process.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The admin listener, when `--admin-listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub admin_token: String,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
@@ -26,6 +29,11 @@ pub struct Running {
 impl Running {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Where the admin routes are: the admin listener, else the public one.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin_addr.unwrap_or(self.addr))
     }
 
     /// Graceful stop: finish in-flight requests, flush the ledger.
@@ -45,21 +53,54 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     let backend: Arc<dyn Backend> = Embedded::open(embedded).await?;
     tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
 
+    let board = backend.stock_board().unwrap_or_default();
+    let guards = Guards::new(cfg.guard.settings(), board)?;
+    for (id, limits) in backend.all_limits().await? {
+        guards.set_campaign_limits(&id, limits);
+    }
+    tracing::info!(settings = ?guards.settings(), "guards ready");
+
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match cfg.admin_listen {
+        Some(at) => Some(
+            TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} (--admin-listen)"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin_listener
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()?;
     let http_opts = HttpOptions {
         max_admin_body: cfg.max_admin_body,
         ..HttpOptions::default()
     };
-    let router = http::router(backend.clone(), AdminToken::new(&admin_token), &http_opts);
+    let routers = http::routers(
+        backend.clone(),
+        AdminToken::new(&admin_token),
+        &http_opts,
+        guards,
+        admin_listener.is_some(),
+    );
+    let admin = admin_listener.zip(routers.admin);
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(http::serve(listener, router, backend, async move {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(http::serve_all(
+        listener,
+        routers.public,
+        admin,
+        backend,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     Ok(Running {
         addr,
+        admin_addr,
         admin_token,
         stop,
         task,
@@ -92,8 +133,9 @@ async fn shutdown_signal() {
 /// The configured token, else the one kept in the data directory, else a new one (printed once).
 fn resolve_admin_token(cfg: &ServeConfig) -> anyhow::Result<String> {
     if let Some(t) = &cfg.admin_token {
+        let t = t.expose();
         anyhow::ensure!(!t.trim().is_empty(), "--admin-token must not be empty");
-        return Ok(t.clone());
+        return Ok(t.to_owned());
     }
     let file = cfg.data.join("admin-token");
     if let Ok(t) = std::fs::read_to_string(&file) {

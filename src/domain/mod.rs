@@ -6,6 +6,7 @@
 mod campaign;
 mod claim;
 mod error;
+mod limits;
 mod order;
 mod validate;
 
@@ -15,6 +16,7 @@ pub use campaign::{
 };
 pub use claim::{ClaimAnswer, ClaimRequest, IdempotencyKey, Outcome};
 pub use error::Error;
+pub use limits::{CampaignLimits, Rate, MAX_RATE_COUNT};
 pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
 pub use validate::{validate_campaign_id, validate_user_id};
 

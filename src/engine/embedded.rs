@@ -6,6 +6,9 @@
 //! waiting. The answer is sent only after the commit; if it fails, the commit callback gives the
 //! units back and the client gets 503. Admin operations additionally take a per-campaign async
 //! mutex so they never interleave with each other.
+//!
+//! Every change of a campaign's stock or status is published to the guard's stock board
+//! under the same lock, before the operation answers (see `guard::soldout`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,9 +26,10 @@ use super::idempotency::{self, IdemSlots, Slot};
 use super::state::{CampaignDef, CampaignState, Decision};
 use crate::backend::Backend;
 use crate::domain::{
-    parse_order_id, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
-    NewCampaign, Order, OrderPage, OrderQuery, OrderState, Restock, Status, Supply,
+    parse_order_id, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
+    Kind, NewCampaign, Order, OrderPage, OrderQuery, OrderState, Restock, Status, Supply,
 };
+use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
 use crate::ledger::{CommitError, GroupCommit, IdemRecord, Ledger, LedgerWrite, SqliteLedger};
 
 /// Settings of the embedded deployment.
@@ -59,17 +63,35 @@ struct Inner {
 struct Cell {
     inner: Mutex<Inner>,
     admin: tokio::sync::Mutex<()>,
+    /// This campaign on the guard's stock board; written under `inner`'s lock.
+    signal: Arc<StockEntry>,
 }
 
 impl Cell {
-    fn new(state: CampaignState) -> Arc<Self> {
+    fn new(state: CampaignState, board: &StockBoard) -> Arc<Self> {
+        let def = &state.def;
+        let signal = board.register(
+            &def.id,
+            StockFacts {
+                per_user_limit: def.per_user_limit,
+                starts_at: def.starts_at,
+                ends_at: def.ends_at,
+            },
+        );
+        publish(&signal, &state);
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 state,
                 idem: IdemSlots::default(),
             }),
             admin: tokio::sync::Mutex::new(()),
+            signal,
         })
+    }
+
+    /// Publishes the campaign's stock and status; call with `inner` locked, after a change.
+    fn publish(&self, inner: &Inner) {
+        publish(&self.signal, &inner.state);
     }
 
     fn view(&self) -> CampaignView {
@@ -77,8 +99,13 @@ impl Cell {
     }
 }
 
+fn publish(signal: &StockEntry, state: &CampaignState) {
+    signal.publish(state.remaining, state.status == Status::Active);
+}
+
 pub struct Embedded {
     campaigns: RwLock<HashMap<String, Arc<Cell>>>,
+    board: Arc<StockBoard>,
     ledger: Arc<SqliteLedger>,
     commit: GroupCommit,
     create: tokio::sync::Mutex<()>,
@@ -95,6 +122,7 @@ impl Embedded {
         let ledger = Arc::new(SqliteLedger::open(&opts.data_dir, opts.synchronous_full).await?);
         let ttl = chrono::Duration::from_std(opts.idempotency_ttl)?;
         let mut campaigns = HashMap::new();
+        let board = StockBoard::new();
         for stored in ledger.snapshot(Utc::now() - ttl).await? {
             let state = CampaignState::recover(
                 stored.def.clone(),
@@ -104,7 +132,11 @@ impl Embedded {
                 &stored.active,
                 stored.max_seq,
             );
-            let cell = Cell::new(state);
+            let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
+            let cell = Cell::new(state, &board);
+            for user in holders {
+                cell.signal.add_holder(user);
+            }
             {
                 let mut inner = cell.inner.lock();
                 for r in stored.idem {
@@ -120,6 +152,7 @@ impl Embedded {
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
         let me = Arc::new(Self {
             campaigns: RwLock::new(campaigns),
+            board,
             ledger,
             commit,
             create: tokio::sync::Mutex::new(()),
@@ -195,7 +228,10 @@ impl Backend for Embedded {
             }])
             .await
             .map_err(commit_failed)?;
-        let cell = Cell::new(CampaignState::new(def, total, codes, Status::Active));
+        let cell = Cell::new(
+            CampaignState::new(def, total, codes, Status::Active),
+            &self.board,
+        );
         let view = cell.view();
         self.campaigns.write().insert(c.id, cell);
         tracing::info!(campaign = %view.id, kind = view.kind.as_str(), total, "campaign created");
@@ -240,6 +276,7 @@ impl Backend for Embedded {
             Restock::Units(n) => inner.state.add_units(n),
             Restock::Codes(c) => inner.state.add_codes(c),
         }
+        cell.publish(&inner);
         tracing::info!(
             campaign = id,
             units,
@@ -261,6 +298,7 @@ impl Backend for Embedded {
             // point can win. Resuming takes effect only once it is durable.
             if to != Status::Active {
                 inner.state.status = to;
+                cell.publish(&inner);
             }
             let write = LedgerWrite::Status {
                 campaign_id: id.to_owned(),
@@ -271,7 +309,10 @@ impl Backend for Embedded {
                 .submit(vec![write], move |r| {
                     let _ = tx.send(r);
                 })
-                .inspect_err(|_| inner.state.status = previous)
+                .inspect_err(|_| {
+                    inner.state.status = previous;
+                    cell.publish(&inner);
+                })
                 .map_err(commit_failed)?;
             previous
         };
@@ -282,6 +323,7 @@ impl Backend for Embedded {
         match committed {
             Ok(()) => {
                 inner.state.status = to;
+                cell.publish(&inner);
                 tracing::info!(
                     campaign = id,
                     from = previous.as_str(),
@@ -292,6 +334,7 @@ impl Backend for Embedded {
             }
             Err(e) => {
                 inner.state.status = previous;
+                cell.publish(&inner);
                 Err(commit_failed(e))
             }
         }
@@ -318,7 +361,12 @@ impl Backend for Embedded {
             let kind = inner.state.def.kind;
             let (answer, reservation) = match inner.state.decide(&req.user_id, req.qty, now) {
                 Decision::Rejected(answer) => (answer, None),
-                Decision::Won(r) => (r.answer(kind), Some(r)),
+                Decision::Won(r) => {
+                    // Holder first, then the stock its win left (see guard::soldout).
+                    cell.signal.add_holder(&r.user_id);
+                    cell.publish(&inner);
+                    (r.answer(kind), Some(r))
+                }
             };
             if reservation.is_none() && key.is_none() {
                 return Ok(answer);
@@ -358,6 +406,7 @@ impl Backend for Embedded {
                 move |result: Result<(), CommitError>| {
                     let mut inner = cell.inner.lock();
                     settle(
+                        &cell,
                         &mut inner,
                         result.is_ok(),
                         reservation.as_ref(),
@@ -369,7 +418,15 @@ impl Backend for Embedded {
                 }
             };
             if let Err(e) = self.commit.submit(writes, on_commit) {
-                settle(&mut inner, false, reservation.as_ref(), idem, &answer, now);
+                settle(
+                    &cell,
+                    &mut inner,
+                    false,
+                    reservation.as_ref(),
+                    idem,
+                    &answer,
+                    now,
+                );
                 return Err(commit_failed(e));
             }
             rx
@@ -416,10 +473,11 @@ impl Backend for Embedded {
             .await
             .map_err(commit_failed)?;
         let codes = order.codes.clone().unwrap_or_default();
-        cell.inner
-            .lock()
-            .state
-            .release(&order.user_id, order.qty, &codes);
+        {
+            let mut inner = cell.inner.lock();
+            inner.state.release(&order.user_id, order.qty, &codes);
+            cell.publish(&inner);
+        }
         order.state = OrderState::Cancelled;
         order.cancelled_at = Some(at);
         tracing::info!(order = order_id, qty = order.qty, "order cancelled");
@@ -439,10 +497,37 @@ impl Backend for Embedded {
             tracing::error!(error = %e, "final ledger flush failed");
         }
     }
+
+    async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {
+        let cell = self.cell(id)?;
+        let _admin = cell.admin.lock().await;
+        self.commit
+            .run(vec![LedgerWrite::Limits {
+                campaign_id: id.to_owned(),
+                limits,
+                at: now(),
+            }])
+            .await
+            .map_err(commit_failed)?;
+        tracing::info!(campaign = id, limits = %serde_json::json!(limits), "rate limits set");
+        Ok(limits)
+    }
+
+    async fn all_limits(&self) -> Result<Vec<(String, CampaignLimits)>, Error> {
+        self.ledger
+            .campaign_limits()
+            .await
+            .map_err(|e| Error::unavailable("reading rate limits failed", e))
+    }
+
+    fn stock_board(&self) -> Option<Arc<StockBoard>> {
+        Some(self.board.clone())
+    }
 }
 
 /// Makes a decision final (commit succeeded) or undoes it (commit failed).
 fn settle(
+    cell: &Cell,
     inner: &mut Inner,
     committed: bool,
     reservation: Option<&super::state::Reservation>,
@@ -458,6 +543,7 @@ fn settle(
     }
     if let Some(r) = reservation {
         inner.state.release(&r.user_id, r.qty, &r.codes);
+        cell.publish(inner);
     }
     if let Some((user, key)) = idem {
         inner.idem.remove(&user, &key);

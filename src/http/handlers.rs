@@ -6,11 +6,11 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
+use super::extract::{Admin, Body, PathArg, QueryArg};
 use super::AppState;
 use crate::domain::{
-    CampaignView, ClaimAnswer, ClaimRequest, Error, NewCampaign, NewCampaignBody, Order, OrderPage,
-    OrderQuery, Restock, RestockBody, Status,
+    CampaignView, Error, NewCampaign, NewCampaignBody, Order, OrderPage, OrderQuery, Restock,
+    RestockBody, Status,
 };
 
 type Answer<T> = Result<Json<T>, ApiError>;
@@ -70,16 +70,6 @@ pub async fn close(
     PathArg(id): PathArg<String>,
 ) -> Answer<CampaignView> {
     set_status(app, id, Status::Closed).await
-}
-
-pub async fn claim(
-    State(app): State<AppState>,
-    PathArg(id): PathArg<String>,
-    IdemHeader(key): IdemHeader,
-    Body(req): Body<ClaimRequest>,
-) -> Answer<ClaimAnswer> {
-    req.validate()?;
-    Ok(Json(app.backend.claim(&id, req, key).await?))
 }
 
 pub async fn get_order(

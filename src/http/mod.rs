@@ -1,10 +1,15 @@
 //! The HTTP API of `shared/API.md` on axum.
 //!
-//! [`router`] builds the routes over any [`Backend`]; [`serve`] runs them on a listener until a
-//! shutdown future resolves, then lets in-flight requests finish and flushes the backend.
+//! [`routers`] builds the routes over any [`Backend`] behind the guards of `crate::guard`:
+//! public routes (claims, campaign view) pass the shedding middleware, admin routes and
+//! `/healthz` do not, so they keep answering during a claim storm. With a separate admin
+//! listener the admin routes exist only there (404 on the public one). [`serve_all`] runs the
+//! listeners until a shutdown future resolves, lets in-flight requests finish and flushes the
+//! backend.
 
 mod error;
 mod extract;
+mod guarded;
 mod handlers;
 
 use std::future::Future;
@@ -21,6 +26,7 @@ use tower_http::trace::TraceLayer;
 pub use error::ApiError;
 
 use crate::backend::Backend;
+use crate::guard::{GuardSettings, Guards};
 
 /// The admin bearer token. Never printed by `Debug`.
 #[derive(Clone)]
@@ -31,10 +37,14 @@ impl AdminToken {
         Self(token.into())
     }
 
-    /// Constant-time comparison, so response timing reveals nothing about the token.
+    /// Constant-time comparison, so response timing reveals nothing about the token — not
+    /// even its length: both sides are hashed to 32 bytes first.
     pub fn matches(&self, candidate: &str) -> bool {
+        use sha2::{Digest, Sha256};
         use subtle::ConstantTimeEq;
-        self.0.as_bytes().ct_eq(candidate.as_bytes()).into()
+        let want = Sha256::digest(self.0.as_bytes());
+        let got = Sha256::digest(candidate.as_bytes());
+        want.ct_eq(&got).into()
     }
 }
 
@@ -66,40 +76,91 @@ impl Default for HttpOptions {
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
     pub admin_token: AdminToken,
+    pub guards: Arc<Guards>,
 }
 
-/// All routes of the API over `backend`.
+/// The routes of one instance: everything on `public`, or the admin routes on `admin`.
+pub struct Routers {
+    pub public: Router,
+    pub admin: Option<Router>,
+}
+
+/// All routes of the API over `backend` on one listener, with default guards (only
+/// shedding and the request timeout on; see [`GuardSettings`]).
 pub fn router(backend: Arc<dyn Backend>, admin_token: AdminToken, opts: &HttpOptions) -> Router {
+    let board = backend.stock_board().unwrap_or_default();
+    let guards =
+        Guards::new(GuardSettings::default(), board).expect("default guard settings are valid");
+    routers(backend, admin_token, opts, guards, false).public
+}
+
+/// The routes over `backend` behind `guards`; `split_admin` puts the admin routes on a router
+/// of their own (for `--admin-listen`).
+pub fn routers(
+    backend: Arc<dyn Backend>,
+    admin_token: AdminToken,
+    opts: &HttpOptions,
+    guards: Arc<Guards>,
+    split_admin: bool,
+) -> Routers {
     use handlers::*;
     let big = DefaultBodyLimit::max(opts.max_admin_body);
     let state = AppState {
         backend,
         admin_token,
+        guards,
     };
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/v1/campaigns", post(create_campaign).layer(big))
+    let public = Router::new()
         .route("/v1/campaigns/{id}", get(get_campaign))
+        .route("/v1/campaigns/{id}/claims", post(guarded::claim))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guarded::shed,
+        ));
+    let admin = Router::new()
+        .route("/v1/campaigns", post(create_campaign).layer(big))
         .route("/v1/campaigns/{id}/restock", post(restock).layer(big))
         .route("/v1/campaigns/{id}/pause", post(pause))
         .route("/v1/campaigns/{id}/resume", post(resume))
         .route("/v1/campaigns/{id}/close", post(close))
-        .route("/v1/campaigns/{id}/claims", post(claim))
         .route("/v1/campaigns/{id}/orders", get(list_orders))
+        .route(
+            "/v1/campaigns/{id}/limits",
+            get(guarded::get_limits).put(guarded::put_limits),
+        )
         .route("/v1/orders/{id}", get(get_order))
         .route("/v1/orders/{id}/cancel", post(cancel))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(opts.max_body))
-        .layer(TraceLayer::new_for_http())
-        .layer(CatchPanicLayer::custom(|_| {
-            axum::response::IntoResponse::into_response(ApiError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "unexpected server error",
-            ))
-        }))
-        .with_state(state)
+        .route("/metrics", get(guarded::metrics));
+    let health = Router::new().route("/healthz", get(healthz));
+    let finish = |r: Router<AppState>| {
+        r.fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(opts.max_body))
+            .layer(TraceLayer::new_for_http())
+            .layer(CatchPanicLayer::custom(|_| {
+                axum::response::IntoResponse::into_response(ApiError::new(
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "unexpected server error",
+                ))
+            }))
+            .with_state(state.clone())
+    };
+    if split_admin {
+        // Operators read campaigns on the admin listener too, outside the shedding bound.
+        let admin = admin
+            .route("/v1/campaigns/{id}", get(get_campaign))
+            .merge(health.clone());
+        Routers {
+            public: finish(public.merge(health)),
+            admin: Some(finish(admin)),
+        }
+    } else {
+        Routers {
+            public: finish(public.merge(admin).merge(health)),
+            admin: None,
+        }
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; then waits for in-flight requests
@@ -110,11 +171,49 @@ pub async fn serve(
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_all(listener, router, None, backend, shutdown).await
+}
+
+/// [`serve`] with an optional admin listener; both stop on `shutdown`.
+pub async fn serve_all(
+    listener: TcpListener,
+    router: Router,
+    admin: Option<(TcpListener, Router)>,
+    backend: Arc<dyn Backend>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let admin_task = match admin {
+        Some((listener, router)) => {
+            let addr: SocketAddr = listener.local_addr()?;
+            tracing::info!(%addr, "seckill admin routes on http://{addr}");
+            let app = router.into_make_service_with_connect_info::<SocketAddr>();
+            let fut = axum::serve(listener, app).with_graceful_shutdown(stopped());
+            Some(tokio::spawn(async move { fut.await }))
+        }
+        None => None,
+    };
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "seckill listening on http://{addr}");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped())
+    .await?;
+    if let Some(task) = admin_task {
+        task.await??;
+    }
     tracing::info!("no more requests in flight; flushing");
     backend.shutdown().await;
     tracing::info!("shut down cleanly");

@@ -14,7 +14,7 @@ pub use sqlite::SqliteLedger;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{ClaimAnswer, Order, Status};
+use crate::domain::{CampaignLimits, ClaimAnswer, Order, Status};
 use crate::engine::state::CampaignDef;
 
 /// An idempotency answer to keep: the first processed answer for (campaign, user, key).
@@ -52,6 +52,12 @@ pub enum LedgerWrite {
     },
     Cancel {
         order_id: String,
+        at: DateTime<Utc>,
+    },
+    /// Replaces a campaign's guard rate limits.
+    Limits {
+        campaign_id: String,
+        limits: CampaignLimits,
         at: DateTime<Utc>,
     },
 }
@@ -95,4 +101,7 @@ pub trait Ledger: Send + Sync + 'static {
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64>;
 
     async fn ping(&self) -> anyhow::Result<()>;
+
+    /// Every campaign's stored guard rate limits.
+    async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>>;
 }

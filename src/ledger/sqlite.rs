@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 
 use super::rows::{self, micros, OrderRow};
 use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
-use crate::domain::{Kind, Order, Status};
+use crate::domain::{CampaignLimits, Kind, Order, Status};
 use crate::engine::state::CampaignDef;
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
@@ -213,6 +213,23 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             }
             Ok(())
         }
+        LedgerWrite::Limits {
+            campaign_id,
+            limits,
+            at,
+        } => {
+            let json = serde_json::to_string(limits)?;
+            sqlx::query(
+                "INSERT INTO campaign_limits (campaign_id, limits, updated_at) VALUES (?, ?, ?) \
+                 ON CONFLICT (campaign_id) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at",
+            )
+            .bind(campaign_id)
+            .bind(&json)
+            .bind(micros(*at))
+            .execute(&mut *conn)
+            .await?;
+            event(conn, campaign_id, "limits", json, *at).await
+        }
     }
 }
 
@@ -357,6 +374,21 @@ impl Ledger for SqliteLedger {
     async fn ping(&self) -> anyhow::Result<()> {
         sqlx::query("SELECT 1").execute(&self.readers).await?;
         Ok(())
+    }
+
+    async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>> {
+        let rows =
+            sqlx::query("SELECT campaign_id, limits FROM campaign_limits ORDER BY campaign_id")
+                .fetch_all(&self.readers)
+                .await?;
+        rows.into_iter()
+            .map(|r| {
+                let json: String = r.get(1);
+                let limits = serde_json::from_str(&json)
+                    .with_context(|| format!("bad stored limits {json:?}"))?;
+                Ok((r.get(0), limits))
+            })
+            .collect()
     }
 }
 

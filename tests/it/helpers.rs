@@ -24,18 +24,28 @@ pub struct App {
 impl App {
     pub async fn spawn(deploy: Deploy) -> App {
         match deploy {
-            Deploy::Embedded => {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let server = seckill::cli::start(ServeConfig::ephemeral(dir.path().into(), TOKEN))
-                    .await
-                    .expect("embedded server starts");
-                App {
-                    client: Client::new(&server.url(), TOKEN),
-                    server: Some(server),
-                    _dir: dir,
-                }
-            }
+            Deploy::Embedded => App::spawn_with(|_| {}).await,
         }
+    }
+
+    /// An embedded deployment with its `serve` settings adjusted by `tune` (guard tests).
+    pub async fn spawn_with(tune: impl FnOnce(&mut ServeConfig)) -> App {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+        tune(&mut cfg);
+        let server = seckill::cli::start(cfg)
+            .await
+            .expect("embedded server starts");
+        App {
+            client: Client::new(&server.url(), TOKEN),
+            server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    /// Base URL of the admin routes (the admin listener when there is one).
+    pub fn admin_url(&self) -> String {
+        self.server.as_ref().expect("running").admin_url()
     }
 
     /// Waits until every `won` answered so far is visible in the ledger (a no-op when the

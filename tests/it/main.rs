@@ -6,6 +6,7 @@ mod cli;
 mod commit_failure;
 mod conformance;
 mod crash;
+mod guards;
 mod helpers;
 mod invariants;
 mod process;

@@ -1,0 +1,237 @@
+//! Guards: everything that turns a claim away cheaply, fairly and safely before the engine.
+//!
+//! A flash sale sends 100× more claims than it has units; most can never win. A claim passes,
+//! in this order (cheapest and least trusting first):
+//!
+//! 1. **shedding** ([`shed`]) — global bound on public requests in flight + request timeout;
+//! 2. **per-IP limits** ([`rate`], [`gcra`], [`client_ip`]) — before the body is even read;
+//! 3. body validation, then **signed identity** ([`identity`]) when a key is configured;
+//! 4. **per-user limits** — only after the user is known (and proven, with identity on);
+//! 5. **sold-out fast path** ([`soldout`]) — `sold_out` from memory once nothing is left;
+//! 6. **admission gate** ([`admission`]) — at most k × remaining claims inside the engine.
+//!
+//! Only then does the engine see the claim. Every piece here is deployment-agnostic; the two
+//! places where a scale-out deployment plugs in its own shared state are the
+//! [`rate::RateLimiter`] trait and the writers of the [`soldout::StockBoard`].
+
+pub mod admission;
+pub mod args;
+pub mod client_ip;
+pub mod gcra;
+pub mod identity;
+pub mod metrics;
+pub mod rate;
+pub mod secret;
+pub mod shed;
+pub mod soldout;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::domain::{CampaignLimits, Rate};
+use admission::Admitted;
+use client_ip::{ClientIpPolicy, TrustedProxy};
+use identity::Identity;
+use metrics::GuardMetrics;
+use rate::{Check, Limited, RateLimiter, Subject};
+use secret::Secret;
+use shed::Shedder;
+use soldout::StockBoard;
+
+/// Guard settings of one instance (from the `serve` flags).
+#[derive(Debug, Clone)]
+pub struct GuardSettings {
+    /// Claims per user id across all campaigns.
+    pub per_user: Option<Rate>,
+    /// Claims per client IP across all campaigns.
+    pub per_ip: Option<Rate>,
+    /// Most live rate-limit buckets kept in memory.
+    pub max_rate_keys: usize,
+    /// Admission gate factor; 0 turns the gate off.
+    pub admission_k: u64,
+    /// Most public requests in flight.
+    pub max_in_flight: usize,
+    pub request_timeout: Duration,
+    pub trusted_proxies: Vec<TrustedProxy>,
+    pub client_ip_header: String,
+    /// HMAC key of signed user identities; `None` trusts `user_id`.
+    pub user_signing_key: Option<Secret>,
+}
+
+impl Default for GuardSettings {
+    fn default() -> Self {
+        Self {
+            per_user: None,
+            per_ip: None,
+            max_rate_keys: 1_000_000,
+            admission_k: 0,
+            max_in_flight: 4096,
+            request_timeout: Duration::from_secs(10),
+            trusted_proxies: Vec::new(),
+            client_ip_header: "x-forwarded-for".into(),
+            user_signing_key: None,
+        }
+    }
+}
+
+/// The admission gate refused a claim (503 `overloaded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused;
+
+/// The guards of one instance, shared by every request.
+pub struct Guards {
+    settings: GuardSettings,
+    limiter: Arc<dyn RateLimiter>,
+    campaign_limits: RwLock<HashMap<String, CampaignLimits>>,
+    pub board: Arc<StockBoard>,
+    pub identity: Option<Identity>,
+    pub client_ip: ClientIpPolicy,
+    pub shed: Shedder,
+    pub metrics: GuardMetrics,
+}
+
+impl Guards {
+    /// Guards with the in-process rate limiter. `board` is the backend's stock board (an empty
+    /// one when the backend publishes none: then no fast path and no admission gate).
+    /// Must run inside a Tokio runtime (the limiter sweeps its table in the background).
+    pub fn new(settings: GuardSettings, board: Arc<StockBoard>) -> anyhow::Result<Arc<Self>> {
+        let limiter = gcra::LocalLimiter::new(settings.max_rate_keys);
+        limiter.spawn_sweeper();
+        Self::with_limiter(settings, board, limiter)
+    }
+
+    /// Guards over another [`RateLimiter`] (the scale-out deployment's shared one).
+    pub fn with_limiter(
+        settings: GuardSettings,
+        board: Arc<StockBoard>,
+        limiter: Arc<dyn RateLimiter>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let identity = match &settings.user_signing_key {
+            Some(key) => Some(Identity::new(key.clone()).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        let client_ip = ClientIpPolicy::new(&settings.trusted_proxies, &settings.client_ip_header)
+            .map_err(anyhow::Error::msg)?;
+        let shed = Shedder::new(settings.max_in_flight, settings.request_timeout);
+        Ok(Arc::new(Self {
+            settings,
+            limiter,
+            campaign_limits: RwLock::new(HashMap::new()),
+            board,
+            identity,
+            client_ip,
+            shed,
+            metrics: GuardMetrics::default(),
+        }))
+    }
+
+    pub fn settings(&self) -> &GuardSettings {
+        &self.settings
+    }
+
+    /// Installs a campaign's limits (admin change or startup load).
+    pub fn set_campaign_limits(&self, campaign: &str, limits: CampaignLimits) {
+        let mut map = self.campaign_limits.write();
+        if limits.is_empty() {
+            map.remove(campaign);
+        } else {
+            map.insert(campaign.to_owned(), limits);
+        }
+    }
+
+    pub fn campaign_limits(&self, campaign: &str) -> CampaignLimits {
+        self.campaign_limits
+            .read()
+            .get(campaign)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    async fn charge(
+        &self,
+        campaign: &str,
+        subject: Subject<'_>,
+        global: Option<Rate>,
+        local: Option<Rate>,
+    ) -> Result<(), Limited> {
+        let mut checks: Vec<Check<'_>> = Vec::with_capacity(2);
+        if let Some(rate) = local {
+            checks.push(Check {
+                campaign: Some(campaign),
+                subject,
+                rate,
+            });
+        }
+        if let Some(rate) = global {
+            checks.push(Check {
+                campaign: None,
+                subject,
+                rate,
+            });
+        }
+        if checks.is_empty() {
+            return Ok(());
+        }
+        let result = self.limiter.acquire(&checks).await;
+        if let Err(limited) = &result {
+            self.metrics.rate_limited(limited.label);
+        }
+        result
+    }
+
+    /// Charges the client IP's buckets (global and this campaign's).
+    pub async fn limit_ip(&self, campaign: &str, ip: IpAddr) -> Result<(), Limited> {
+        let local = self.campaign_limits(campaign).per_ip;
+        self.charge(campaign, Subject::Ip(ip), self.settings.per_ip, local)
+            .await
+    }
+
+    /// Charges the user's buckets (global and this campaign's).
+    pub async fn limit_user(&self, campaign: &str, user: &str) -> Result<(), Limited> {
+        let local = self.campaign_limits(campaign).per_user;
+        self.charge(campaign, Subject::User(user), self.settings.per_user, local)
+            .await
+    }
+
+    /// True when the claim can be answered `sold_out` from memory (counted).
+    pub fn sold_out_fast(&self, campaign: &str, user: &str, qty: u64, keyed: bool) -> bool {
+        if keyed {
+            return false;
+        }
+        let Some(entry) = self.board.get(campaign) else {
+            return false;
+        };
+        let hit = entry.sold_out_for(user, qty, chrono::Utc::now());
+        if hit {
+            entry
+                .counters
+                .fast_sold_out
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Admission to the engine: `Ok(place)` (hold it until the engine answers) or
+    /// `Err(Refused)` to answer 503 `overloaded`. Counts the engine call when admitted.
+    pub fn admit(&self, campaign: &str) -> Result<Option<Admitted>, Refused> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let entry = self.board.get(campaign);
+        let place = match (&entry, self.settings.admission_k) {
+            (Some(e), k) if k > 0 => Some(admission::admit(e, k).ok_or(Refused)?),
+            _ => None,
+        };
+        self.metrics.engine_claims.fetch_add(1, Relaxed);
+        if let Some(e) = &entry {
+            e.counters.engine_claims.fetch_add(1, Relaxed);
+        }
+        Ok(place)
+    }
+
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(&self.board, self.shed.in_flight())
+    }
+}

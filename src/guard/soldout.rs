@@ -1,0 +1,204 @@
+//! The stock board: each instance's picture of every campaign's stock, for the sold-out fast
+//! path and the admission gate.
+//!
+//! Once a campaign is sold out, nearly every claim of a flash sale can only lose. The board lets
+//! the guard answer those `sold_out` from memory, without touching the engine (its lock, or
+//! Redis). It must never under-sell, so the board is written only by the authority:
+//!
+//! - **embedded**: the engine publishes the campaign's remaining stock and status under the
+//!   campaign lock after every change — a claim, a failed commit giving units back, a restock,
+//!   a cancel, a status change — *before* that operation answers. A restock or cancel therefore
+//!   reopens the campaign before its own answer is sent: the stale interval is zero.
+//! - **scale-out** (contract for the Redis implementation): every claim script returns the
+//!   remaining stock, which the instance publishes; every restock/cancel script bumps a
+//!   per-campaign stock epoch and the instance that ran it `PUBLISH`es `{id, remaining, epoch}`;
+//!   each instance subscribes and publishes what it hears. Pub/sub can drop messages, so each
+//!   instance also re-reads `remaining`/epoch of every campaign it believes sold out at least
+//!   every `max_staleness` (one read per campaign per interval, not per request). A stale
+//!   `sold_out` then outlives a restock by at most `max_staleness` plus one round trip.
+//!
+//! The fast path keeps the engine's order of outcomes exactly: it answers only when the
+//! engine would answer `sold_out` too — campaign active, inside its window, remaining 0, `qty`
+//! within the per-user limit, and the user not among those who ever won (a holder must hear
+//! `already_claimed`). Claims with an `Idempotency-Key` always go to the engine, which keeps
+//! their first answer.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use parking_lot::RwLock;
+
+/// Top bit of the packed state: the campaign is `active`.
+const SELLING: u64 = 1 << 63;
+
+/// What does not change during a campaign's life and the fast path needs.
+#[derive(Debug, Clone)]
+pub struct StockFacts {
+    pub per_user_limit: u64,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// Per-campaign counters, exposed by `GET /metrics`.
+#[derive(Debug, Default)]
+pub struct CampaignCounters {
+    /// Claims handed to the engine (embedded) or to Redis (scale-out).
+    pub engine_claims: AtomicU64,
+    /// Claims answered `sold_out` by the fast path.
+    pub fast_sold_out: AtomicU64,
+    /// Claims refused by the admission gate.
+    pub admission_refused: AtomicU64,
+}
+
+/// One campaign on the board.
+#[derive(Debug)]
+pub struct StockEntry {
+    /// `remaining | SELLING` in one word, so a reader never sees a torn pair.
+    state: AtomicU64,
+    facts: StockFacts,
+    /// Hashes of every user who won in this campaign (never shrinks; a stale entry only costs
+    /// an engine call).
+    holders: RwLock<HashSet<u64>>,
+    users: RandomState,
+    /// Claims of this campaign now inside the engine (admission gate).
+    pub(crate) in_flight: AtomicU64,
+    pub counters: CampaignCounters,
+}
+
+impl StockEntry {
+    /// The authority's view after a change. Call [`Self::add_holder`] for a winner *before*
+    /// publishing the stock its win left.
+    pub fn publish(&self, remaining: u64, selling: bool) {
+        let word = remaining.min(!SELLING) | if selling { SELLING } else { 0 };
+        self.state.store(word, Ordering::SeqCst);
+    }
+
+    pub fn add_holder(&self, user: &str) {
+        let h = self.users.hash_one(user);
+        if !self.holders.read().contains(&h) {
+            self.holders.write().insert(h);
+        }
+    }
+
+    /// Remaining stock as last published.
+    pub fn remaining(&self) -> u64 {
+        self.state.load(Ordering::SeqCst) & !SELLING
+    }
+
+    /// Whether the engine would answer this claim `sold_out` (see the module docs).
+    pub fn sold_out_for(&self, user: &str, qty: u64, now: DateTime<Utc>) -> bool {
+        if self.state.load(Ordering::SeqCst) != SELLING {
+            return false; // stock left, or not active
+        }
+        let f = &self.facts;
+        if qty > f.per_user_limit
+            || f.starts_at.is_some_and(|s| now < s)
+            || f.ends_at.is_some_and(|e| now >= e)
+        {
+            return false;
+        }
+        !self.holders.read().contains(&self.users.hash_one(user))
+    }
+}
+
+/// Every campaign's entry. Entries exist only for campaigns the authority registered, so the
+/// board's size is bounded by the number of campaigns, not by what clients send.
+#[derive(Debug, Default)]
+pub struct StockBoard {
+    entries: RwLock<HashMap<String, Arc<StockEntry>>>,
+    users: RandomState,
+}
+
+impl StockBoard {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Adds a campaign (creation or recovery); it starts closed to the fast path until its
+    /// first [`StockEntry::publish`].
+    pub fn register(&self, id: &str, facts: StockFacts) -> Arc<StockEntry> {
+        let entry = Arc::new(StockEntry {
+            state: AtomicU64::new(0),
+            facts,
+            holders: RwLock::new(HashSet::new()),
+            users: self.users.clone(),
+            in_flight: AtomicU64::new(0),
+            counters: CampaignCounters::default(),
+        });
+        self.entries.write().insert(id.to_owned(), entry.clone());
+        entry
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<StockEntry>> {
+        self.entries.read().get(id).cloned()
+    }
+
+    /// (id, entry) of every campaign, sorted by id.
+    pub fn all(&self) -> Vec<(String, Arc<StockEntry>)> {
+        let mut v: Vec<_> = self
+            .entries
+            .read()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(limit: u64) -> Arc<StockEntry> {
+        let facts = StockFacts {
+            per_user_limit: limit,
+            starts_at: None,
+            ends_at: None,
+        };
+        StockBoard::new().register("c", facts)
+    }
+
+    #[test]
+    fn answers_only_what_the_engine_would() {
+        let e = entry(2);
+        let now = Utc::now();
+        assert!(!e.sold_out_for("u1", 1, now), "unpublished");
+        e.publish(3, true);
+        assert!(!e.sold_out_for("u1", 1, now), "stock left");
+        e.add_holder("winner");
+        e.publish(0, true);
+        assert!(e.sold_out_for("u1", 1, now));
+        assert!(e.sold_out_for("u1", 2, now));
+        assert!(!e.sold_out_for("u1", 3, now), "over_limit comes first");
+        assert!(
+            !e.sold_out_for("winner", 1, now),
+            "already_claimed comes first"
+        );
+        e.publish(0, false);
+        assert!(!e.sold_out_for("u1", 1, now), "paused comes first");
+        e.publish(1, true);
+        assert!(!e.sold_out_for("u1", 1, now), "restocked");
+        assert_eq!(e.remaining(), 1);
+    }
+
+    #[test]
+    fn window_comes_first() {
+        let now = Utc::now();
+        let e = StockBoard::new().register(
+            "c",
+            StockFacts {
+                per_user_limit: 1,
+                starts_at: None,
+                ends_at: Some(now),
+            },
+        );
+        e.publish(0, true);
+        assert!(!e.sold_out_for("u1", 1, now), "ended comes first");
+        assert!(e.sold_out_for("u1", 1, now - chrono::Duration::seconds(1)));
+    }
+}
