@@ -11,4 +11,5 @@ pub mod engine;
 pub mod http;
 pub mod ledger;
 pub mod load;
+pub mod pipeline;
 pub mod telemetry;

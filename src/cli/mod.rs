@@ -1,6 +1,7 @@
 //! The `seckill` command line: one subcommand per module.
 
 mod demo;
+mod scale;
 mod serve;
 
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ enum Command {
     /// Run seed 000's scenario (10 coupons, 100 users, 20 at a time) against an in-process
     /// server and check its outcome.
     Demo(demo::DemoOpts),
+    /// Run only the scale-out order pipeline (Redis Streams → PostgreSQL), for deployments
+    /// whose `serve` instances run with --no-worker.
+    Worker(crate::config::WorkerConfig),
 }
 
 /// Entry point of the binary.
@@ -35,7 +39,11 @@ pub fn main() -> ExitCode {
     let command = cli
         .command
         .unwrap_or_else(|| Command::Serve(crate::config::ServeConfig::parse_default()));
-    let json_logs = matches!(&command, Command::Serve(c) if c.log_json);
+    let json_logs = match &command {
+        Command::Serve(c) => c.log_json,
+        Command::Worker(c) => c.log_json,
+        Command::Demo(_) => false,
+    };
     crate::telemetry::init(json_logs);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -48,6 +56,7 @@ pub fn main() -> ExitCode {
         match command {
             Command::Serve(cfg) => serve::run(cfg).await,
             Command::Demo(opts) => demo::run(opts).await,
+            Command::Worker(cfg) => scale::run_worker(cfg).await,
         }
     });
     match result {

@@ -5,10 +5,14 @@
 //! inserted with `ON CONFLICT DO NOTHING` on the order id), so a replayed batch is harmless.
 
 mod group_commit;
+mod postgres;
+mod postgres_ops;
 mod rows;
 mod sqlite;
 
 pub use group_commit::{CommitError, GroupCommit};
+pub use postgres::PgLedger;
+pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
 pub use sqlite::SqliteLedger;
 
 use async_trait::async_trait;

@@ -1,0 +1,365 @@
+//! PostgreSQL ledger of the scale-out deployment: the system of record shared by every instance.
+//!
+//! Same tables and meaning as the SQLite ledger (separate migrations in `migrations/postgres`,
+//! run at start), written through a connection pool because many `seckill serve` and
+//! `seckill worker` processes write at once. Queries are built at run time (no compile-time
+//! checked macros), so building seckill never needs a live database. The operations only the
+//! scale-out deployment needs (row-locked admin changes, reconciliation reads, poison records)
+//! live in `postgres_ops.rs`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
+
+use super::rows::{self, micros, OrderRow};
+use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use crate::domain::{Kind, Order, Status};
+use crate::engine::state::CampaignDef;
+
+/// Rows per multi-row INSERT: 8 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
+const ROWS_PER_INSERT: usize = 1000;
+
+pub struct PgLedger {
+    pub(super) pool: PgPool,
+}
+
+impl PgLedger {
+    /// Connects to `url` and runs the PostgreSQL migrations.
+    pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let opts: PgConnectOptions = url
+            .parse()
+            .with_context(|| "the --postgres URL is not a valid postgres:// URL".to_string())?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(opts)
+            .await
+            .context("cannot connect to PostgreSQL")?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .context("PostgreSQL migration failed")?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+pub(super) async fn insert_orders(
+    conn: &mut PgConnection,
+    orders: &[&Order],
+) -> anyhow::Result<u64> {
+    let mut inserted = 0;
+    for chunk in orders.chunks(ROWS_PER_INSERT) {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
+        );
+        qb.push_values(chunk, |mut b, o| {
+            b.push_bind(&o.order_id)
+                .push_bind(&o.campaign_id)
+                .push_bind(o.seq() as i64)
+                .push_bind(&o.user_id)
+                .push_bind(o.qty as i64)
+                .push_bind(rows::codes_json(&o.codes))
+                .push_bind(o.state.as_str())
+                .push_bind(micros(o.created_at));
+        });
+        qb.push(" ON CONFLICT (order_id) DO NOTHING");
+        inserted += qb.build().execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(inserted)
+}
+
+async fn insert_idem(conn: &mut PgConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
+    for chunk in recs.chunks(ROWS_PER_INSERT) {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at) ",
+        );
+        qb.push_values(chunk, |mut b, r| {
+            b.push_bind(&r.campaign_id)
+                .push_bind(&r.user_id)
+                .push_bind(&r.key)
+                .push_bind(rows::answer_json(&r.answer))
+                .push_bind(micros(r.created_at));
+        });
+        qb.push(" ON CONFLICT DO NOTHING");
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn insert_codes(
+    conn: &mut PgConnection,
+    campaign_id: &str,
+    first_pos: i64,
+    codes: &[String],
+) -> Result<(), sqlx::Error> {
+    for (n, chunk) in codes.chunks(ROWS_PER_INSERT * 2).enumerate() {
+        let base = first_pos + (n * ROWS_PER_INSERT * 2) as i64;
+        let mut qb =
+            QueryBuilder::<Postgres>::new("INSERT INTO campaign_codes (campaign_id, code, pos) ");
+        qb.push_values(chunk.iter().enumerate(), |mut b, (i, code)| {
+            b.push_bind(campaign_id)
+                .push_bind(code)
+                .push_bind(base + i as i64);
+        });
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn event(
+    conn: &mut PgConnection,
+    campaign_id: &str,
+    kind: &str,
+    detail: String,
+    at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO events (campaign_id, kind, detail, at) VALUES ($1, $2, $3, $4)")
+        .bind(campaign_id)
+        .bind(kind)
+        .bind(detail)
+        .bind(micros(at))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Result<()> {
+    match write {
+        LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
+        LedgerWrite::CreateCampaign {
+            def,
+            total,
+            codes,
+            status,
+            at,
+        } => {
+            sqlx::query(
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(&def.id)
+            .bind(def.kind.as_str())
+            .bind(*total as i64)
+            .bind(def.per_user_limit as i64)
+            .bind(status.as_str())
+            .bind(def.starts_at.map(micros))
+            .bind(def.ends_at.map(micros))
+            .bind(micros(*at))
+            .execute(&mut *conn)
+            .await?;
+            insert_codes(conn, &def.id, 0, codes).await?;
+            Ok(event(conn, &def.id, "create", format!("total={total}"), *at).await?)
+        }
+        LedgerWrite::Restock {
+            campaign_id,
+            units,
+            codes,
+            at,
+        } => {
+            let before: i64 =
+                sqlx::query_scalar("SELECT total FROM campaigns WHERE id = $1 FOR UPDATE")
+                    .bind(campaign_id)
+                    .fetch_one(&mut *conn)
+                    .await?;
+            sqlx::query("UPDATE campaigns SET total = total + $1 WHERE id = $2")
+                .bind(*units as i64)
+                .bind(campaign_id)
+                .execute(&mut *conn)
+                .await?;
+            insert_codes(conn, campaign_id, before, codes).await?;
+            Ok(event(conn, campaign_id, "restock", format!("units={units}"), *at).await?)
+        }
+        LedgerWrite::Status {
+            campaign_id,
+            status,
+            at,
+        } => {
+            sqlx::query("UPDATE campaigns SET status = $1 WHERE id = $2")
+                .bind(status.as_str())
+                .bind(campaign_id)
+                .execute(&mut *conn)
+                .await?;
+            Ok(event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await?)
+        }
+        LedgerWrite::Cancel { order_id, at } => {
+            let done = sqlx::query(
+                "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
+                 WHERE order_id = $2 AND state = 'active' RETURNING campaign_id",
+            )
+            .bind(micros(*at))
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(row) = done {
+                let campaign_id: String = row.get(0);
+                event(conn, &campaign_id, "cancel", order_id.clone(), *at).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Ledger for PgLedger {
+    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let mut orders = Vec::new();
+        let mut idem = Vec::new();
+        for w in writes {
+            match w {
+                LedgerWrite::Order(o) => orders.push(o),
+                LedgerWrite::Idem(r) => idem.push(r),
+                other => apply_one(&mut tx, other).await?,
+            }
+        }
+        insert_orders(&mut tx, &orders).await?;
+        insert_idem(&mut tx, &idem).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {
+        let row: Option<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = $1"))
+            .bind(order_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(Order::try_from).transpose()
+    }
+
+    async fn orders(
+        &self,
+        campaign_id: &str,
+        user_id: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> anyhow::Result<Vec<Order>> {
+        let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+            "{SELECT_ORDER} WHERE campaign_id = $1 AND seq > $2 \
+             AND ($3::TEXT IS NULL OR user_id = $3) ORDER BY seq LIMIT $4"
+        ))
+        .bind(campaign_id)
+        .bind(after as i64)
+        .bind(user_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(Order::try_from).collect()
+    }
+
+    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM campaigns ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(mut c) = self.stored(&id).await? {
+                c.idem = self.idem_since(&id, idem_since).await?;
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
+        let done = sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
+            .bind(micros(before))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn ping(&self) -> anyhow::Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+impl PgLedger {
+    /// One campaign with everything needed to rebuild its gate state; `None` if unknown.
+    pub async fn stored(&self, id: &str) -> anyhow::Result<Option<StoredCampaign>> {
+        let mut conn = self.pool.acquire().await?;
+        let Some(r) = sqlx::query(
+            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let kind: String = r.get(1);
+        let status: String = r.get(4);
+        let mut c = StoredCampaign {
+            def: CampaignDef {
+                id: r.get(0),
+                kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
+                per_user_limit: r.get::<i64, _>(3) as u64,
+                starts_at: rows::opt_time(r.get(5))?,
+                ends_at: rows::opt_time(r.get(6))?,
+            },
+            total: r.get::<i64, _>(2) as u64,
+            status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
+            codes: Vec::new(),
+            active: Vec::new(),
+            max_seq: 0,
+            idem: Vec::new(),
+        };
+        c.codes = sqlx::query_scalar(
+            "SELECT code FROM campaign_codes WHERE campaign_id = $1 ORDER BY pos",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        let max: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM orders WHERE campaign_id = $1")
+                .bind(id)
+                .fetch_one(&mut *conn)
+                .await?;
+        c.max_seq = max.unwrap_or(0) as u64;
+        let active = sqlx::query(
+            "SELECT user_id, qty, codes FROM orders WHERE campaign_id = $1 AND state = 'active'",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        for r in active {
+            let codes = rows::parse_codes(r.get(2))?.unwrap_or_default();
+            c.active.push((r.get(0), r.get::<i64, _>(1) as u64, codes));
+        }
+        Ok(Some(c))
+    }
+
+    async fn idem_since(&self, id: &str, since: DateTime<Utc>) -> anyhow::Result<Vec<IdemRecord>> {
+        let rows = sqlx::query(
+            "SELECT user_id, key, answer, created_at FROM idempotency \
+             WHERE campaign_id = $1 AND created_at >= $2",
+        )
+        .bind(id)
+        .bind(micros(since))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = HashMap::new();
+        for r in rows {
+            let rec = IdemRecord {
+                campaign_id: id.to_owned(),
+                user_id: r.get(0),
+                key: r.get(1),
+                answer: rows::parse_answer(r.get(2))?,
+                created_at: rows::time(r.get(3))?,
+            };
+            out.insert((rec.user_id.clone(), rec.key.clone()), rec);
+        }
+        Ok(out.into_values().collect())
+    }
+}
+
+pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at FROM orders";
