@@ -94,7 +94,7 @@ impl Consumer {
         self.refresh().await;
         let reclaim_every =
             (self.opts.reclaim_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let reclaim = self.reclaimed.is_none_or(|t| t.elapsed() >= reclaim_every);
+        let reclaim = !self.reclaimed.is_some_and(|t| t.elapsed() < reclaim_every);
         let own = self.recheck_own;
         let mut entries = Vec::new();
         for id in self.campaigns.clone() {

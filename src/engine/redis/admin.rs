@@ -181,9 +181,7 @@ impl ScaleOut {
 
     pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
         let (mut tx, _) = self.ledger.lock_campaign(id).await?;
-        if self.gate_view(id).await?.is_none() {
-            self.install_from_ledger(id).await?;
-        }
+        self.catch_up_restocks(id).await?;
         let switched = self
             .scripts
             .status(&mut self.conn(), id, to.as_str(), false)

@@ -29,7 +29,7 @@ impl RedisTarget {
 
 #[derive(Clone)]
 pub enum RedisConn {
-    Single(ConnectionManager),
+    Single(Box<ConnectionManager>),
     Cluster(ClusterConnection),
 }
 
@@ -62,7 +62,7 @@ impl RedisConn {
             let conn = ConnectionManager::new_with_config(client, config)
                 .await
                 .context("cannot connect to Redis")?;
-            Ok(Self::Single(conn))
+            Ok(Self::Single(Box::new(conn)))
         }
     }
 }

@@ -7,8 +7,8 @@
 //! (`crate::pipeline`) moves stream entries into PostgreSQL. The ledger is the system of record
 //! for campaign definitions and admin changes: they are committed there first and then applied
 //! to Redis by guarded, idempotent scripts, so a process dying between the two writes leaves
-//! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start
-//! and by every admin operation — brings it level.
+//! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start;
+//! restocks and status changes also catch up on restocks — brings it level.
 
 mod admin;
 mod conn;
@@ -191,7 +191,13 @@ impl Backend for ScaleOut {
                 )
                 .await
                 .map_err(|e| {
-                    Error::unavailable("the claim could not reach Redis", format!("{e:#}"))
+                    tracing::error!(error = %format!("{e:#}"), campaign = id, "claim script failed");
+                    // The script may have run before the connection broke: say so.
+                    Error::Unavailable(
+                        "the claim could not be completed by Redis; it may or may not have been \
+                         processed: retry with the same Idempotency-Key to learn its outcome"
+                            .into(),
+                    )
                 })?;
             match claimed {
                 Claimed::Answer(a) => return Ok(a),
