@@ -222,6 +222,41 @@ impl PgLedger {
         Ok(Some(order))
     }
 
+    /// Inserts orders from the pipeline in one transaction, idempotently. Returns the ones
+    /// whose order id the ledger already holds for a *different* order (same user, qty, codes
+    /// and time is a harmless redelivery): Redis lost acknowledged writes and reissued the id.
+    pub async fn insert_pipeline_orders(&self, orders: &[Order]) -> anyhow::Result<Vec<Order>> {
+        let mut tx = self.pool.begin().await?;
+        let refs: Vec<&Order> = orders.iter().collect();
+        let inserted = super::postgres::insert_orders(&mut tx, &refs).await?;
+        let mut collisions = Vec::new();
+        if inserted < orders.len() as u64 {
+            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+            let existing: Vec<OrderRow> =
+                sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
+                    .bind(&ids)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let existing: std::collections::HashMap<String, Order> = existing
+                .into_iter()
+                .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
+                .collect::<anyhow::Result<_>>()?;
+            for o in orders {
+                if let Some(e) = existing.get(&o.order_id) {
+                    let same = e.user_id == o.user_id
+                        && e.qty == o.qty
+                        && e.codes == o.codes
+                        && e.created_at == o.created_at;
+                    if !same {
+                        collisions.push(o.clone());
+                    }
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(collisions)
+    }
+
     /// Every cancelled order of a campaign (their release in Redis is idempotent, so the gate
     /// can be made to agree with them at any time).
     pub async fn cancelled_orders(&self, id: &str) -> anyhow::Result<Vec<Order>> {

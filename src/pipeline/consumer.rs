@@ -204,15 +204,15 @@ impl Consumer {
         if good.is_empty() {
             return Ok(step);
         }
-        let writes: Vec<LedgerWrite> = good
-            .iter()
-            .map(|(_, o)| LedgerWrite::Order(o.clone()))
-            .collect();
-        let refs: Vec<&LedgerWrite> = writes.iter().collect();
-        match self.ledger.apply(&refs).await {
-            Ok(()) => {
+        let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
+        match self.ledger.insert_pipeline_orders(&orders).await {
+            Ok(collisions) => {
+                for o in &collisions {
+                    self.collision(&good, o).await?;
+                }
                 self.ack(good.iter().map(|(e, _)| e)).await?;
-                step.persisted += good.len();
+                step.persisted += good.len() - collisions.len();
+                step.poisoned += collisions.len();
             }
             Err(e) if is_data_error(&e) => {
                 // Somewhere in the batch is an order PostgreSQL refuses: find it alone.
@@ -253,6 +253,27 @@ impl Consumer {
             self.scripts.ack(&mut self.conn, campaign, &ids).await?;
         }
         Ok(())
+    }
+
+    /// Records an order whose id the ledger already holds for another order. Its units stay
+    /// taken in the gate: they stand in for the lost order the ledger holds under that id.
+    async fn collision(&mut self, good: &[(Entry, Order)], o: &Order) -> anyhow::Result<()> {
+        let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
+            return Ok(());
+        };
+        tracing::error!(order = %o.order_id, user = %o.user_id, "order id reused: Redis lost acknowledged writes; recording the order");
+        self.ledger
+            .record_failed(&FailedOrder {
+                stream_id: entry.stream_id.clone(),
+                campaign_id: entry.campaign_id.clone(),
+                order_id: Some(o.order_id.clone()),
+                payload: entry.payload(),
+                reason: "the ledger already holds a different order under this id: Redis lost \
+                         acknowledged writes (failover, or restart without AOF)"
+                    .into(),
+                at: now(),
+            })
+            .await
     }
 
     /// Records an entry that can never be persisted, gives its units back, acknowledges it.

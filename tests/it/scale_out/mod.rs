@@ -2,6 +2,7 @@
 //! Redis and one PostgreSQL, a SIGKILLed worker, a PostgreSQL outage, a Redis kill -9 with
 //! AOF, a Redis Cluster, poison orders and rebuilding the gate from the ledger.
 
+mod cancel;
 mod cluster;
 mod outages;
 mod poison;

@@ -100,3 +100,45 @@ async fn malformed_stream_entry_is_recorded_not_dropped() {
     assert_eq!(failed.len(), 1, "{failed:?}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reissued_order_id_is_told_apart_from_a_redelivery() {
+    use seckill::domain::{Order, OrderState};
+    let db = crate::servers::pg().fresh_db().await;
+    let ledger = PgLedger::open(&db, 2).await.unwrap();
+    let order = |user: &str| Order {
+        order_id: "reissued-1".into(),
+        campaign_id: "reissued".into(),
+        user_id: user.into(),
+        qty: 1,
+        codes: None,
+        state: OrderState::Active,
+        created_at: seckill::domain::now(),
+        cancelled_at: None,
+    };
+    let first = order("alice");
+    assert!(ledger
+        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .await
+        .unwrap()
+        .is_empty());
+    let redelivered = ledger
+        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    assert!(redelivered.is_empty(), "the same order again is harmless");
+    let other = order("bob");
+    let collisions = ledger
+        .insert_pipeline_orders(std::slice::from_ref(&other))
+        .await
+        .unwrap();
+    assert_eq!(
+        collisions,
+        vec![other],
+        "another order under the same id is reported"
+    );
+    let stored = seckill::ledger::Ledger::order(&ledger, "reissued-1")
+        .await
+        .unwrap();
+    assert_eq!(stored.unwrap().user_id, "alice", "the first order stays");
+}
