@@ -99,6 +99,11 @@ pub struct ScaleOutArgs {
     #[arg(long, env = "SECKILL_REDIS_CLUSTER")]
     pub redis_cluster: bool,
 
+    /// The `--redis` URLs are Redis Sentinels; use the primary they know by this name and
+    /// follow it through failovers.
+    #[arg(long, env = "SECKILL_REDIS_SENTINEL")]
+    pub redis_sentinel: Option<String>,
+
     /// PostgreSQL ledger of the scale-out deployment: `postgres://user:pass@host:port/db`.
     #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]
     pub postgres: Option<String>,
@@ -187,6 +192,11 @@ pub struct WorkerConfig {
     /// Speak the Redis Cluster protocol even with a single seed URL.
     #[arg(long, env = "SECKILL_REDIS_CLUSTER")]
     pub redis_cluster: bool,
+
+    /// The `--redis` URLs are Redis Sentinels; use the primary they know by this name and
+    /// follow it through failovers.
+    #[arg(long, env = "SECKILL_REDIS_SENTINEL")]
+    pub redis_sentinel: Option<String>,
 
     /// PostgreSQL ledger.
     #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]

@@ -16,6 +16,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
     let redis = RedisTarget {
         urls: s.redis.clone(),
         cluster: s.redis_cluster,
+        sentinel_master: s.redis_sentinel.clone(),
     };
     let opts = ScaleOutOptions {
         postgres: s.postgres.clone().unwrap_or_default(),
@@ -39,6 +40,7 @@ pub async fn run_worker(cfg: WorkerConfig) -> anyhow::Result<ExitCode> {
     let target = RedisTarget {
         urls: cfg.redis.clone(),
         cluster: cfg.redis_cluster,
+        sentinel_master: cfg.redis_sentinel.clone(),
     };
     let ledger = Arc::new(PgLedger::open(&cfg.postgres, cfg.pipeline.pg_connections).await?);
     let scripts = Arc::new(Scripts::default());

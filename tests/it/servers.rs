@@ -377,3 +377,81 @@ pub fn pg() -> &'static PgServer {
     static PG: OnceLock<PgServer> = OnceLock::new();
     PG.get_or_init(PgServer::start)
 }
+
+/// A primary, one replica and one Sentinel watching them as `mymaster`.
+pub struct SentinelSetup {
+    pub primary: RedisServer,
+    pub replica: RedisServer,
+    pub sentinel_port: u16,
+    _sentinel: Daemon,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelSetup {
+    pub const MASTER: &'static str = "mymaster";
+
+    pub fn start() -> SentinelSetup {
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        let primary = RedisServer::start(&aof);
+        let primary_port = primary.port.to_string();
+        let mut replica_args = aof.to_vec();
+        replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
+        let replica = RedisServer::start(&replica_args);
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {m} 1000\n\
+                 sentinel failover-timeout {m} 5000\n",
+                dir.path().display(),
+                m = Self::MASTER
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(find_binary("redis-server"));
+        cmd.arg(&conf).arg("--sentinel");
+        let sentinel = Daemon::spawn(cmd, None, libc::SIGKILL, &dir.path().join("sentinel.log"));
+        let replica_port = replica.port.to_string();
+        wait_until("the Sentinel to see the replica", || {
+            redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER))
+                .is_some_and(|r| r.contains(&replica_port))
+        });
+        SentinelSetup {
+            primary,
+            replica,
+            sentinel_port: port,
+            _sentinel: sentinel,
+            _dir: dir,
+        }
+    }
+
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// Waits until the replica has everything the primary acknowledged.
+    pub fn wait_replicated(&self) {
+        let reply = redis_raw(self.primary.port, "WAIT 1 10000").unwrap_or_default();
+        assert!(reply.starts_with(":1"), "the replica caught up: {reply}");
+    }
+
+    /// kill -9 of the primary; returns once the Sentinel promoted the replica.
+    pub fn kill_primary_and_fail_over(&mut self) {
+        if let Some(d) = self.primary.daemon.take() {
+            d.stop(libc::SIGKILL);
+        }
+        let replica_port = self.replica.port.to_string();
+        let port = self.sentinel_port;
+        wait_until("the Sentinel failover", || {
+            redis_raw(
+                port,
+                &format!("SENTINEL get-master-addr-by-name {}", Self::MASTER),
+            )
+            .is_some_and(|r| r.contains(&replica_port))
+        });
+    }
+}

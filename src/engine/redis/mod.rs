@@ -14,6 +14,7 @@ mod admin;
 mod conn;
 mod keys;
 mod scripts;
+mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,9 @@ pub struct ScaleOut {
     idem_ttl_secs: u64,
     worker: tokio::sync::Mutex<Option<Worker>>,
 }
+
+/// Longest a claim waits for Redis before answering 503.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
     move |e| Error::unavailable(context, e)
@@ -179,17 +183,19 @@ impl Backend for ScaleOut {
     ) -> Result<ClaimAnswer, Error> {
         let key = key.as_ref().map(IdempotencyKey::as_str);
         for attempt in 0..2 {
-            let claimed = self
-                .scripts
-                .claim(
-                    &mut self.conn(),
-                    id,
-                    &req.user_id,
-                    req.qty,
-                    key,
-                    self.idem_ttl_secs,
-                )
+            let mut conn = self.conn();
+            let script = self.scripts.claim(
+                &mut conn,
+                id,
+                &req.user_id,
+                req.qty,
+                key,
+                self.idem_ttl_secs,
+            );
+            // Bounded even while a connection is still reconnecting to an unreachable Redis.
+            let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
                 .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
                 .map_err(|e| {
                     tracing::error!(error = %format!("{e:#}"), campaign = id, "claim script failed");
                     // The script may have run before the connection broke: say so.
@@ -233,9 +239,12 @@ impl Backend for ScaleOut {
     }
 
     async fn health(&self) -> Result<(), Error> {
-        let _: String = redis::cmd("PING")
-            .query_async(&mut self.conn())
+        let mut conn = self.conn();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<String>(&mut conn);
+        tokio::time::timeout(Duration::from_secs(2), ping)
             .await
+            .map_err(|_| Error::unavailable("Redis does not answer", "timed out"))?
             .map_err(redis_failed("Redis does not answer"))?;
         self.ledger
             .ping()

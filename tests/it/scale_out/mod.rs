@@ -8,6 +8,7 @@ mod outages;
 mod poison;
 mod procs;
 mod rebuild;
+mod sentinel;
 mod two_instances;
 mod worker_crash;
 
