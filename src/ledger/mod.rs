@@ -7,6 +7,7 @@
 mod group_commit;
 mod postgres;
 mod postgres_ops;
+mod postgres_recovery;
 mod rows;
 mod sqlite;
 
