@@ -71,3 +71,70 @@ async fn two_instances_share_one_gate_and_one_ledger() {
         check_exact(&cb, campaign, &won, sold_out_qty1).await;
     }
 }
+
+/// Seed 001's scenario across instances: buyers race on one instance while the admin pauses
+/// the campaign through the other; no claim sent after the pause answered wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_through_one_instance_stops_buyers_on_the_other() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use parking_lot::Mutex;
+    use seckill::client::ClaimReply;
+    use seckill::domain::Outcome;
+
+    let redis = RedisServer::start(&[]);
+    let postgres = pg().fresh_db().await;
+    let urls = vec![redis.url()];
+    let (a, b) = (
+        Seckill::serve(&urls, &postgres, &[]),
+        Seckill::serve(&urls, &postgres, &[]),
+    );
+    let (admin, buyers) = (a.client(), b.client());
+    admin
+        .create_campaign(&json!({"id": "racing", "stock": 1_000_000}))
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let n = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..32)
+        .map(|_| {
+            let (client, stop, seen, n) = (buyers.clone(), stop.clone(), seen.clone(), n.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let user = format!("buyer-{}", n.fetch_add(1, Ordering::Relaxed));
+                    let sent = Instant::now();
+                    if let Ok(ClaimReply::Processed(a)) =
+                        client.claim("racing", &user, 1, None).await
+                    {
+                        seen.lock().push((sent, a.outcome));
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, v) = admin
+        .admin(reqwest::Method::POST, "/v1/campaigns/racing/pause", None)
+        .await
+        .unwrap();
+    let answered = Instant::now();
+    assert_eq!((s.as_u16(), v["status"].as_str()), (200, Some("paused")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let seen = seen.lock();
+    assert!(seen
+        .iter()
+        .any(|(t, o)| *t < answered && *o == Outcome::Won));
+    let after: Vec<_> = seen.iter().filter(|(t, _)| *t > answered).collect();
+    assert!(!after.is_empty(), "buyers kept claiming after the pause");
+    assert!(
+        after.iter().all(|(_, o)| *o == Outcome::Paused),
+        "a claim sent after the pause answered did not get `paused`"
+    );
+}
