@@ -69,6 +69,12 @@ impl Consumer {
         }
     }
 
+    /// Makes the next step re-read this consumer's unacknowledged entries first (after a step
+    /// was abandoned half-way).
+    pub fn recheck_own(&mut self) {
+        self.recheck_own = true;
+    }
+
     pub fn name(&self) -> &str {
         &self.opts.consumer
     }

@@ -101,6 +101,9 @@ pub async fn spawn(
     Ok(Worker { stop, task })
 }
 
+/// Longest one consumer step may take before it is abandoned and retried.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
 async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
     const IDLE_MIN: Duration = Duration::from_millis(2);
     const IDLE_MAX: Duration = Duration::from_millis(50);
@@ -108,7 +111,18 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
     const BACKOFF_MAX: Duration = Duration::from_secs(2);
     let (mut idle, mut backoff) = (IDLE_MIN, BACKOFF_MIN);
     while !*stopped.borrow() {
-        let pause = match consumer.step().await {
+        // Bounded: a connection still reconnecting to an unreachable Redis can hang a request;
+        // nothing is lost by abandoning a step (unacknowledged entries are read again).
+        let step = match tokio::time::timeout(STEP_TIMEOUT, consumer.step()).await {
+            Ok(step) => step,
+            Err(_) => {
+                consumer.recheck_own();
+                Err(anyhow::anyhow!(
+                    "the step took longer than {STEP_TIMEOUT:?}"
+                ))
+            }
+        };
+        let pause = match step {
             Ok(step) if step.read > 0 => {
                 tracing::debug!(?step, "pipeline step");
                 (idle, backoff) = (IDLE_MIN, BACKOFF_MIN);
