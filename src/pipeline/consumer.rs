@@ -100,28 +100,34 @@ impl Consumer {
         self.refresh().await;
         let reclaim_every =
             (self.opts.reclaim_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let reclaim = !self.reclaimed.is_some_and(|t| t.elapsed() < reclaim_every);
-        let own = self.recheck_own;
-        let mut entries = Vec::new();
-        for id in self.campaigns.clone() {
-            let room = self.opts.batch.saturating_sub(entries.len());
-            if room == 0 {
-                break;
-            }
-            let got = self.gather(&id, room, reclaim, own).await;
-            match got {
-                Ok(mut e) => entries.append(&mut e),
-                Err(e) if is_nogroup(&e) => continue,
-                Err(e) => {
-                    self.recheck_own = true;
-                    return Err(e.into());
-                }
-            }
-        }
+        let mut reclaim = !self.reclaimed.is_some_and(|t| t.elapsed() < reclaim_every);
         if reclaim {
             self.reclaimed = Some(Instant::now());
         }
-        if own && entries.is_empty() {
+        let mut entries = Vec::new();
+        // Own unacknowledged entries first when asked; if there are none, new ones at once.
+        for own in [true, false] {
+            if own && !self.recheck_own {
+                continue;
+            }
+            for id in self.campaigns.clone() {
+                let room = self.opts.batch.saturating_sub(entries.len());
+                if room == 0 {
+                    break;
+                }
+                match self.gather(&id, room, reclaim, own).await {
+                    Ok(mut e) => entries.append(&mut e),
+                    Err(e) if is_nogroup(&e) => continue,
+                    Err(e) => {
+                        self.recheck_own = true;
+                        return Err(e.into());
+                    }
+                }
+            }
+            reclaim = false;
+            if !entries.is_empty() {
+                break;
+            }
             self.recheck_own = false;
         }
         let step = self.process(entries).await;

@@ -5,6 +5,7 @@
 mod cancel;
 mod cluster;
 mod outages;
+mod pipeline;
 mod poison;
 mod procs;
 mod rebuild;
