@@ -46,12 +46,19 @@ impl ScaleOut {
             .create_campaign(&def, total, &codes, now())
             .await?;
         let state = CampaignState::new(def, total, codes, Status::Active);
-        self.scripts
+        let installed = self
+            .scripts
             .install(&mut self.conn(), &state, 0, &[])
             .await
             .map_err(redis_failed(
                 "the campaign is saved but Redis did not take it",
             ))?;
+        if !installed {
+            // Redis already had a campaign of that id the ledger did not: state left over from
+            // another ledger. The gate's state wins; say so loudly.
+            tracing::error!(campaign = %state.def.id, "Redis already holds this campaign although the ledger did not; flush stale Redis data");
+            return self.campaign_view(&state.def.id).await;
+        }
         tracing::info!(campaign = %state.def.id, kind = state.def.kind.as_str(), total, "campaign created");
         Ok(state.view())
     }
