@@ -148,8 +148,9 @@ pub struct PipelineArgs {
     #[arg(long, env = "SECKILL_CONSUMER")]
     pub consumer: Option<String>,
 
-    /// Connections of this process to PostgreSQL.
-    #[arg(long, env = "SECKILL_PG_CONNECTIONS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// Connections of this process to PostgreSQL (at least 2: an admin change holds one while
+    /// it reads through another).
+    #[arg(long, env = "SECKILL_PG_CONNECTIONS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub pg_connections: u32,
 }
 
