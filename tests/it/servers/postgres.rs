@@ -18,7 +18,15 @@ pub struct PgServer {
 impl PgServer {
     pub fn start() -> PgServer {
         let user = postgres_user();
-        let dir = tempfile::tempdir().unwrap();
+        // As root the server runs as `postgres`, which must be able to reach its directory:
+        // /tmp is world-traversable whatever TMPDIR says.
+        let dir = match user {
+            Some(_) => tempfile::Builder::new()
+                .prefix("seckill-pg")
+                .tempdir_in("/tmp"),
+            None => tempfile::tempdir(),
+        }
+        .unwrap();
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
         }
