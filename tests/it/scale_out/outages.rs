@@ -22,13 +22,13 @@ use crate::servers::{pg, PgServer, RedisServer};
 /// What a claim loop saw: processed answers, and users whose claim got no answer (503 or a
 /// broken connection), whose outcome is therefore unknown to the client.
 #[derive(Default)]
-struct Seen {
-    answers: Mutex<Vec<(String, Option<String>, ClaimAnswer)>>,
-    unknown: Mutex<HashSet<String>>,
+pub(super) struct Seen {
+    pub(super) answers: Mutex<Vec<(String, Option<String>, ClaimAnswer)>>,
+    pub(super) unknown: Mutex<HashSet<String>>,
 }
 
 impl Seen {
-    fn won(&self) -> Vec<(String, ClaimAnswer)> {
+    pub(super) fn won(&self) -> Vec<(String, ClaimAnswer)> {
         let answers: Vec<_> = self
             .answers
             .lock()
@@ -40,7 +40,7 @@ impl Seen {
 }
 
 /// 32 workers claiming on `campaign` with fresh users (a quarter with keys) until `stop`.
-fn claim_loop(
+pub(super) fn claim_loop(
     client: &Client,
     campaign: &str,
     stop: Arc<AtomicBool>,
