@@ -49,6 +49,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Ok when the engine and the ledger both answer.
     async fn health(&self) -> Result<(), Error>;
 
+    /// Orders answered `won` but not yet in the ledger; `None` when the deployment commits
+    /// before answering (embedded) or the lag cannot be read.
+    async fn pipeline_lag(&self) -> Option<u64> {
+        None
+    }
+
     /// Finishes outstanding work (pending commits, pipeline) before the process exits.
     async fn shutdown(&self);
 

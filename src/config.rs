@@ -60,6 +60,8 @@ pub struct ServeConfig {
     /// Rate limits, admission gate, shedding, client IP, signed identity.
     #[command(flatten)]
     pub guard: GuardArgs,
+    #[command(flatten)]
+    pub scale: ScaleOutArgs,
 }
 
 impl ServeConfig {
@@ -76,6 +78,7 @@ impl ServeConfig {
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
             guard: GuardArgs::default(),
+            scale: ScaleOutArgs::default(),
         }
     }
 }
@@ -90,4 +93,133 @@ impl ServeConfig {
         }
         <Only as clap::Parser>::parse_from(["seckill"]).cfg
     }
+}
+
+/// Settings of the scale-out deployment (`--redis` and `--postgres` together select it).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ScaleOutArgs {
+    /// Redis of the scale-out gate: `redis://host:port[/db]`. Several comma-separated URLs are
+    /// the seed nodes of a Redis Cluster.
+    #[arg(
+        long,
+        env = "SECKILL_REDIS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub redis: Vec<String>,
+
+    /// Speak the Redis Cluster protocol even with a single seed URL.
+    #[arg(long, env = "SECKILL_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+
+    /// The `--redis` URLs are Redis Sentinels; use the primary they know by this name and
+    /// follow it through failovers.
+    #[arg(long, env = "SECKILL_REDIS_SENTINEL")]
+    pub redis_sentinel: Option<String>,
+
+    /// PostgreSQL ledger of the scale-out deployment: `postgres://user:pass@host:port/db`.
+    #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]
+    pub postgres: Option<String>,
+
+    /// Do not run the order pipeline in this process (a `seckill worker` runs it).
+    #[arg(long, env = "SECKILL_NO_WORKER")]
+    pub no_worker: bool,
+
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+}
+
+impl ScaleOutArgs {
+    /// Whether scale-out was asked for; an error if only one of `--redis` / `--postgres` is set.
+    pub fn selected(&self) -> anyhow::Result<bool> {
+        match (self.redis.is_empty(), self.postgres.is_some()) {
+            (true, false) => Ok(false),
+            (false, true) => Ok(true),
+            (false, false) => anyhow::bail!(
+                "--redis needs --postgres: the scale-out deployment keeps its ledger in PostgreSQL"
+            ),
+            (true, true) => {
+                anyhow::bail!("--postgres needs --redis: the scale-out deployment's gate is Redis")
+            }
+        }
+    }
+}
+
+/// Tuning of the order pipeline (Redis Streams → PostgreSQL).
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    /// Most orders inserted into PostgreSQL in one transaction.
+    #[arg(long, env = "SECKILL_PIPELINE_BATCH", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub pipeline_batch: u64,
+
+    /// Milliseconds after which orders held by a consumer that stopped acknowledging (it
+    /// crashed) are taken over by another.
+    #[arg(long, env = "SECKILL_RECLAIM_AFTER_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub reclaim_after_ms: u64,
+
+    /// Name of this process in the stream consumer group (default: pid + random suffix).
+    #[arg(long, env = "SECKILL_CONSUMER")]
+    pub consumer: Option<String>,
+
+    /// Connections of this process to PostgreSQL (at least 2: an admin change holds one while
+    /// it reads through another).
+    #[arg(long, env = "SECKILL_PG_CONNECTIONS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub pg_connections: u32,
+}
+
+impl Default for PipelineArgs {
+    fn default() -> Self {
+        Self {
+            pipeline_batch: 1000,
+            reclaim_after_ms: 30_000,
+            consumer: None,
+            pg_connections: 16,
+        }
+    }
+}
+
+impl PipelineArgs {
+    pub fn options(&self) -> crate::pipeline::PipelineOptions {
+        let mut o = crate::pipeline::PipelineOptions::new();
+        o.batch = self.pipeline_batch as usize;
+        o.reclaim_after = std::time::Duration::from_millis(self.reclaim_after_ms);
+        if let Some(name) = &self.consumer {
+            o.consumer = name.clone();
+        }
+        o
+    }
+}
+
+/// `seckill worker`: only the order pipeline, against the same Redis and PostgreSQL.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerConfig {
+    /// Redis of the gate (comma-separated URLs: a Redis Cluster).
+    #[arg(
+        long,
+        env = "SECKILL_REDIS",
+        value_delimiter = ',',
+        required = true,
+        hide_env_values = true
+    )]
+    pub redis: Vec<String>,
+
+    /// Speak the Redis Cluster protocol even with a single seed URL.
+    #[arg(long, env = "SECKILL_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+
+    /// The `--redis` URLs are Redis Sentinels; use the primary they know by this name and
+    /// follow it through failovers.
+    #[arg(long, env = "SECKILL_REDIS_SENTINEL")]
+    pub redis_sentinel: Option<String>,
+
+    /// PostgreSQL ledger.
+    #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]
+    pub postgres: String,
+
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "SECKILL_LOG_JSON")]
+    pub log_json: bool,
 }

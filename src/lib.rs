@@ -12,4 +12,5 @@ pub mod guard;
 pub mod http;
 pub mod ledger;
 pub mod load;
+pub mod pipeline;
 pub mod telemetry;

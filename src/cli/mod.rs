@@ -1,6 +1,7 @@
 //! The `seckill` command line: one subcommand per module.
 
 mod demo;
+mod scale;
 mod serve;
 mod sign_user;
 
@@ -31,6 +32,9 @@ enum Command {
     /// Print a signed identity token (X-Seckill-User) for a user: for trying a deployment
     /// that has --user-signing-key set.
     SignUser(sign_user::SignUserOpts),
+    /// Run only the scale-out order pipeline (Redis Streams → PostgreSQL), for deployments
+    /// whose `serve` instances run with --no-worker.
+    Worker(crate::config::WorkerConfig),
 }
 
 /// Entry point of the binary.
@@ -39,7 +43,11 @@ pub fn main() -> ExitCode {
     let command = cli
         .command
         .unwrap_or_else(|| Command::Serve(Box::new(crate::config::ServeConfig::parse_default())));
-    let json_logs = matches!(&command, Command::Serve(c) if c.log_json);
+    let json_logs = match &command {
+        Command::Serve(c) => c.log_json,
+        Command::Worker(c) => c.log_json,
+        Command::Demo(_) | Command::SignUser(_) => false,
+    };
     crate::telemetry::init(json_logs);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -53,6 +61,7 @@ pub fn main() -> ExitCode {
             Command::Serve(cfg) => serve::run(*cfg).await,
             Command::Demo(opts) => demo::run(opts).await,
             Command::SignUser(opts) => sign_user::run(opts),
+            Command::Worker(cfg) => scale::run_worker(cfg).await,
         }
     });
     match result {

@@ -45,13 +45,25 @@ impl Running {
 
 /// Opens the backend, binds the listener and serves in a background task.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
-    let admin_token = resolve_admin_token(&cfg)?;
-    let mut embedded = EmbeddedOptions::new(&cfg.data);
-    embedded.synchronous_full = cfg.sync == SyncMode::Full;
-    embedded.max_batch = cfg.max_batch;
-    embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
-    let backend: Arc<dyn Backend> = Embedded::open(embedded).await?;
-    tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
+    let backend: Arc<dyn Backend>;
+    let admin_token;
+    if cfg.scale.selected()? {
+        admin_token = cfg
+            .admin_token
+            .as_ref()
+            .map(|t| t.expose().to_owned())
+            .filter(|t| !t.trim().is_empty())
+            .context("the scale-out deployment needs --admin-token (the same on every instance)")?;
+        backend = super::scale::open(&cfg).await?;
+    } else {
+        admin_token = resolve_admin_token(&cfg)?;
+        let mut embedded = EmbeddedOptions::new(&cfg.data);
+        embedded.synchronous_full = cfg.sync == SyncMode::Full;
+        embedded.max_batch = cfg.max_batch;
+        embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
+        backend = Embedded::open(embedded).await?;
+        tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
+    }
 
     let board = backend.stock_board().unwrap_or_default();
     let guards = Guards::new(cfg.guard.settings(), board)?;
@@ -115,7 +127,7 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

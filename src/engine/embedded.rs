@@ -445,13 +445,7 @@ impl Backend for Embedded {
 
     async fn orders(&self, campaign_id: &str, query: OrderQuery) -> Result<OrderPage, Error> {
         self.cell(campaign_id)?;
-        let (after, limit) = query.resolve()?;
-        let rows = self
-            .ledger
-            .orders(campaign_id, query.user_id.as_deref(), after, limit + 1)
-            .await
-            .map_err(|e| Error::unavailable("reading orders failed", e))?;
-        Ok(OrderPage::from_rows(rows, limit))
+        crate::ledger::order_page(&*self.ledger, campaign_id, &query).await
     }
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {

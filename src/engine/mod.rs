@@ -1,10 +1,13 @@
 //! Engines: the atomic gate that decides every claim.
 //!
 //! `state` holds the pure per-campaign rules; `embedded` wraps them in per-campaign locks and
-//! the SQLite group commit to form the embedded deployment.
+//! the SQLite group commit to form the embedded deployment; `redis` is the scale-out gate (Lua
+//! scripts on Redis, PostgreSQL ledger).
 
 pub mod embedded;
 mod idempotency;
+pub mod redis;
 pub mod state;
 
 pub use embedded::{Embedded, EmbeddedOptions};
+pub use redis::{ScaleOut, ScaleOutOptions};

@@ -106,6 +106,16 @@ impl CampaignState {
         state
     }
 
+    /// Every user holding units, with how many (to install the state in another gate).
+    pub fn holdings(&self) -> impl Iterator<Item = (&String, &u64)> {
+        self.held.iter()
+    }
+
+    /// The codes not held by any active order, in hand-out order.
+    pub fn pool(&self) -> impl Iterator<Item = &String> {
+        self.pool.iter()
+    }
+
     pub fn held_by(&self, user: &str) -> u64 {
         self.held.get(user).copied().unwrap_or(0)
     }

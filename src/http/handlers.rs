@@ -99,7 +99,13 @@ pub async fn cancel(
 
 pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
     match app.backend.health().await {
-        Ok(()) => (StatusCode::OK, Json(json!({"status": "ok"}))),
+        Ok(()) => {
+            let mut body = json!({"status": "ok"});
+            if let Some(lag) = app.backend.pipeline_lag().await {
+                body["pipeline_lag"] = json!(lag);
+            }
+            (StatusCode::OK, Json(body))
+        }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(

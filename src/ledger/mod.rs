@@ -5,10 +5,15 @@
 //! inserted with `ON CONFLICT DO NOTHING` on the order id), so a replayed batch is harmless.
 
 mod group_commit;
+mod postgres;
+mod postgres_ops;
+mod postgres_recovery;
 mod rows;
 mod sqlite;
 
 pub use group_commit::{CommitError, GroupCommit};
+pub use postgres::PgLedger;
+pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
 pub use sqlite::SqliteLedger;
 
 use async_trait::async_trait;
@@ -104,4 +109,19 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// Every campaign's stored guard rate limits.
     async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>>;
+}
+
+/// One page of a campaign's orders, oldest first. Fetches one row more than the page holds so
+/// `next_cursor` is set exactly when another page exists.
+pub async fn order_page(
+    ledger: &dyn Ledger,
+    campaign_id: &str,
+    query: &crate::domain::OrderQuery,
+) -> Result<crate::domain::OrderPage, crate::domain::Error> {
+    let (after, limit) = query.resolve()?;
+    let rows = ledger
+        .orders(campaign_id, query.user_id.as_deref(), after, limit + 1)
+        .await
+        .map_err(|e| crate::domain::Error::unavailable("reading orders failed", e))?;
+    Ok(crate::domain::OrderPage::from_rows(rows, limit))
 }

@@ -12,6 +12,10 @@ pub const TOKEN: &str = "test-admin-token";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deploy {
     Embedded,
+    /// Redis gate (one fresh redis-server) + PostgreSQL ledger (one fresh database).
+    ScaleOut,
+    /// The same on a fresh three-master Redis Cluster.
+    Cluster,
 }
 
 /// A running deployment and a client for it.
@@ -19,12 +23,44 @@ pub struct App {
     pub client: Client,
     server: Option<seckill::cli::Running>,
     _dir: tempfile::TempDir,
+    /// Scale-out: the Redis URLs and the PostgreSQL database URL of the deployment.
+    pub redis: Vec<String>,
+    pub postgres: Option<String>,
+    /// Servers the deployment runs on (scale-out), stopped when the app is dropped.
+    _infra: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl App {
     pub async fn spawn(deploy: Deploy) -> App {
         match deploy {
             Deploy::Embedded => App::spawn_with(|_| {}).await,
+            Deploy::ScaleOut | Deploy::Cluster => {
+                let (urls, infra): (Vec<String>, Box<dyn std::any::Any + Send + Sync>) =
+                    if deploy == Deploy::Cluster {
+                        let c = crate::servers::RedisCluster::start();
+                        (c.urls(), Box::new(c))
+                    } else {
+                        let r = crate::servers::RedisServer::start(&[]);
+                        (vec![r.url()], Box::new(r))
+                    };
+                let postgres = crate::servers::pg().fresh_db().await;
+                let dir = tempfile::tempdir().expect("temp dir");
+                let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+                cfg.scale.redis = urls.clone();
+                cfg.scale.postgres = Some(postgres.clone());
+                cfg.scale.pipeline.pg_connections = 4;
+                let server = seckill::cli::start(cfg)
+                    .await
+                    .expect("scale-out server starts");
+                App {
+                    client: Client::new(&server.url(), TOKEN),
+                    server: Some(server),
+                    _dir: dir,
+                    redis: urls,
+                    postgres: Some(postgres),
+                    _infra: Some(infra),
+                }
+            }
         }
     }
 
@@ -40,6 +76,9 @@ impl App {
             client: Client::new(&server.url(), TOKEN),
             server: Some(server),
             _dir: dir,
+            redis: Vec::new(),
+            postgres: None,
+            _infra: None,
         }
     }
 
@@ -48,9 +87,11 @@ impl App {
         self.server.as_ref().expect("running").admin_url()
     }
 
-    /// Waits until every `won` answered so far is visible in the ledger (a no-op when the
-    /// deployment commits before answering).
-    pub async fn settle(&self) {}
+    /// Waits until every `won` answered so far is visible in the ledger: a no-op when the
+    /// deployment commits before answering, else until `/healthz` reports no pipeline lag.
+    pub async fn settle(&self) {
+        settle_url(&self.client).await
+    }
 
     pub async fn create(&self, spec: Value) -> seckill::domain::CampaignView {
         self.client
@@ -111,6 +152,27 @@ impl App {
     }
 }
 
+/// Waits until the deployment behind `client` reports no pipeline lag (or has no pipeline).
+pub async fn settle_url(client: &Client) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let health: Option<Value> = match client.http().get(client.url("/healthz")).send().await {
+            Ok(r) => r.json().await.ok(),
+            Err(_) => None,
+        };
+        match health.as_ref().map(|h| h["pipeline_lag"].as_u64()) {
+            Some(None) if health.as_ref().is_some_and(|h| h["status"] == "ok") => return,
+            Some(Some(0)) => return,
+            _ => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the order pipeline did not drain: {health:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Instantiates each listed `async fn name(deploy: Deploy)` once per deployment.
 #[macro_export]
 macro_rules! conformance {
@@ -120,6 +182,22 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name($crate::helpers::Deploy::Embedded).await
+                }
+            )*
+        }
+        mod scale_out {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Deploy::ScaleOut).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Deploy::Cluster).await
                 }
             )*
         }

@@ -1,5 +1,6 @@
 //! The one integration-test binary of seckill: real HTTP on port-0 listeners, real SQLite in
-//! temp dirs, real server processes for the crash tests.
+//! temp dirs, real redis-server and PostgreSQL instances for the scale-out deployment, real
+//! server processes for the crash tests.
 
 mod bad_input;
 mod cli;
@@ -10,3 +11,5 @@ mod guards;
 mod helpers;
 mod invariants;
 mod process;
+mod scale_out;
+mod servers;

@@ -143,6 +143,7 @@ async fn idempotency_key_replays_any_outcome(deploy: Deploy) {
     let sold = app.claim_with_key("idem-out", "late", 1, Some("k")).await;
     assert_eq!(sold.outcome, Outcome::SoldOut);
     // Cancel frees the unit, but the key still replays the first processed answer.
+    app.settle().await;
     let first = app.client.all_orders("idem-out").await.unwrap().remove(0);
     let (s, _) = app
         .admin(

@@ -1,0 +1,57 @@
+//! Starting the scale-out deployment: `seckill serve --redis … --postgres …` and
+//! `seckill worker`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ServeConfig, WorkerConfig};
+use crate::engine::redis::{RedisConn, RedisTarget, Scripts};
+use crate::engine::{ScaleOut, ScaleOutOptions};
+use crate::ledger::PgLedger;
+
+/// Opens the scale-out backend described by `cfg.scale` (which must be selected).
+pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
+    let s = &cfg.scale;
+    let redis = RedisTarget {
+        urls: s.redis.clone(),
+        cluster: s.redis_cluster,
+        sentinel_master: s.redis_sentinel.clone(),
+    };
+    let opts = ScaleOutOptions {
+        postgres: s.postgres.clone().unwrap_or_default(),
+        pg_connections: s.pipeline.pg_connections,
+        idempotency_ttl: Duration::from_secs(cfg.idempotency_hours * 3600),
+        run_worker: !s.no_worker,
+        pipeline: s.pipeline.options(),
+        redis: redis.clone(),
+    };
+    let backend = ScaleOut::open(opts).await?;
+    tracing::info!(
+        cluster = redis.is_cluster(),
+        worker = !s.no_worker,
+        "scale-out deployment ready (Redis gate, PostgreSQL ledger)"
+    );
+    Ok(backend)
+}
+
+/// `seckill worker`: the order pipeline alone, until SIGTERM or Ctrl-C.
+pub async fn run_worker(cfg: WorkerConfig) -> anyhow::Result<ExitCode> {
+    let target = RedisTarget {
+        urls: cfg.redis.clone(),
+        cluster: cfg.redis_cluster,
+        sentinel_master: cfg.redis_sentinel.clone(),
+    };
+    let ledger = Arc::new(PgLedger::open(&cfg.postgres, cfg.pipeline.pg_connections).await?);
+    let scripts = Arc::new(Scripts::default());
+    scripts
+        .load(&mut RedisConn::connect(&target).await?)
+        .await?;
+    let worker = crate::pipeline::spawn(&target, ledger, scripts, cfg.pipeline.options()).await?;
+    tracing::info!("seckill worker running");
+    super::serve::shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    worker.stop().await;
+    tracing::info!("worker stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,74 @@
+-- claim.lua: the atomic step of one claim, line for line the rules of CampaignState::decide
+-- (src/engine/state.rs): status -> window -> allowance -> stock -> take. A won claim takes the
+-- units, records the user's holding, pops its codes, numbers the order and appends it to the
+-- campaign's stream in this one script, so a reservation never exists without its order.
+--
+-- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends
+-- KEYS[2] {c:<id>}:users   hash   user -> units held
+-- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
+-- KEYS[4] {c:<id>}:seq     string last order number
+-- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes)
+-- KEYS[6] {c:<id>}:idem:…  string optional: the stored answer of (user, Idempotency-Key)
+-- ARGV[1] user id
+-- ARGV[2] qty (1 … 10^6, validated by the caller)
+-- ARGV[3] idempotency retention in seconds
+--
+-- Returns {tag, answer}: tag 'new' (processed now), 'replay' (answer stored under the key) or
+-- 'missing' (no such campaign in Redis). answer is the claim answer as lines:
+-- outcome, order_id, qty, remaining, held, then one line per code ('' = field absent).
+-- The window is judged by this Redis server's clock (TIME), one clock for every instance.
+
+local idem = KEYS[6]
+if idem then
+  local stored = redis.call('GET', idem)
+  if stored then return {'replay', stored} end
+end
+
+local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind', 'id')
+local status = m[1]
+if not status then return {'missing', ''} end
+
+local function int(n) return string.format('%d', n) end
+local function answer(outcome, order_id, qty, remaining, held, codes)
+  local lines = {outcome, order_id or '', qty and int(qty) or '',
+                 remaining and int(remaining) or '', held and int(held) or ''}
+  if codes then
+    for i = 1, #codes do lines[#lines + 1] = codes[i] end
+  end
+  return table.concat(lines, '\n')
+end
+local function finish(encoded)
+  if idem then redis.call('SET', idem, encoded, 'EX', ARGV[3]) end
+  return {'new', encoded}
+end
+
+if status == 'paused' or status == 'closed' then return finish(answer(status)) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if m[2] ~= '' and now < tonumber(m[2]) then return finish(answer('not_started')) end
+if m[3] ~= '' and now >= tonumber(m[3]) then return finish(answer('ended')) end
+
+local user = ARGV[1]
+local qty = tonumber(ARGV[2])
+local held = tonumber(redis.call('HGET', KEYS[2], user) or '0')
+local limit = tonumber(m[4])
+if held >= limit then return finish(answer('already_claimed', nil, nil, nil, held)) end
+if held + qty > limit then return finish(answer('over_limit', nil, nil, nil, held)) end
+local remaining = tonumber(m[5])
+if remaining < qty then return finish(answer('sold_out', nil, nil, remaining)) end
+
+redis.call('HSET', KEYS[1], 'remaining', int(remaining - qty))
+redis.call('HSET', KEYS[2], user, int(held + qty))
+local codes = nil
+if m[6] == 'codes' then codes = redis.call('LPOP', KEYS[3], qty) end
+local seq = redis.call('INCR', KEYS[4])
+local order_id = m[7] .. '-' .. int(seq)
+if codes then
+  redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
+             'at', int(now), 'codes', table.concat(codes, '\n'))
+else
+  redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
+             'at', int(now))
+end
+return finish(answer('won', order_id, qty, nil, nil, codes))

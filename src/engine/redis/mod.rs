@@ -1,0 +1,279 @@
+//! The scale-out deployment: a Redis gate shared by many `seckill serve` instances, a
+//! PostgreSQL ledger, and the order stream between them.
+//!
+//! Each claim is one Lua script (`lua/claim.lua`) that decides with the same rules as the
+//! embedded engine and, when it wins, appends the order to the campaign's Redis Stream in the
+//! same atomic step; the answer goes out as soon as the script returns. The pipeline
+//! (`crate::pipeline`) moves stream entries into PostgreSQL. The ledger is the system of record
+//! for campaign definitions and admin changes: they are committed there first and then applied
+//! to Redis by guarded, idempotent scripts, so a process dying between the two writes leaves
+//! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start;
+//! restocks and status changes also catch up on restocks — brings it level.
+
+mod admin;
+mod conn;
+mod keys;
+mod scripts;
+mod sentinel;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+pub use conn::{RedisConn, RedisTarget};
+pub use keys::{campaign_of_stream, Keys, GROUP};
+pub use scripts::Scripts;
+
+use crate::backend::Backend;
+use crate::domain::{
+    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
+    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
+};
+use crate::ledger::{Ledger, LedgerWrite, PgLedger};
+use crate::pipeline::{self, PipelineOptions, Worker};
+use scripts::Claimed;
+
+/// Settings of the scale-out deployment.
+#[derive(Debug, Clone)]
+pub struct ScaleOutOptions {
+    pub redis: RedisTarget,
+    pub postgres: String,
+    /// Connections of this process to PostgreSQL.
+    pub pg_connections: u32,
+    pub idempotency_ttl: Duration,
+    /// Run the order pipeline inside this process (otherwise a `seckill worker` must run).
+    pub run_worker: bool,
+    pub pipeline: PipelineOptions,
+}
+
+pub struct ScaleOut {
+    redis: RedisConn,
+    ledger: Arc<PgLedger>,
+    scripts: Arc<Scripts>,
+    idem_ttl_secs: u64,
+    worker: tokio::sync::Mutex<Option<Worker>>,
+}
+
+/// Longest a claim waits for Redis before answering 503.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
+    move |e| Error::unavailable(context, e)
+}
+
+impl ScaleOut {
+    /// Connects to Redis and PostgreSQL, migrates the ledger, loads the scripts, brings the
+    /// gate level with the ledger and starts the pipeline if asked to.
+    pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
+        let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
+        let mut redis = RedisConn::connect(&opts.redis).await?;
+        let scripts = Arc::new(Scripts::default());
+        scripts.load(&mut redis).await?;
+        let me = Arc::new(Self {
+            redis,
+            ledger: ledger.clone(),
+            scripts: scripts.clone(),
+            idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
+            worker: tokio::sync::Mutex::new(None),
+        });
+        for id in ledger.campaign_ids().await? {
+            me.reconcile(&id).await.map_err(|e| {
+                anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
+            })?;
+        }
+        if opts.run_worker {
+            let worker = pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline).await?;
+            *me.worker.lock().await = Some(worker);
+        }
+        Ok(me)
+    }
+
+    pub fn ledger(&self) -> &Arc<PgLedger> {
+        &self.ledger
+    }
+
+    fn conn(&self) -> RedisConn {
+        self.redis.clone()
+    }
+
+    /// The campaign as the gate holds it; `None` if Redis does not have it.
+    async fn gate_view(&self, id: &str) -> Result<Option<CampaignView>, Error> {
+        let fields: Vec<Option<String>> = self
+            .conn()
+            .hget(
+                Keys::new(id).meta(),
+                &[
+                    "kind",
+                    "total",
+                    "remaining",
+                    "limit",
+                    "status",
+                    "starts",
+                    "ends",
+                ],
+            )
+            .await
+            .map_err(redis_failed("reading the campaign from Redis failed"))?;
+        let [kind, total, remaining, limit, status, starts, ends]: [Option<String>; 7] = fields
+            .try_into()
+            .map_err(|_| Error::Unavailable("bad reply".into()))?;
+        let Some(kind) = kind else { return Ok(None) };
+        let bad = || Error::unavailable("the campaign in Redis is malformed", id);
+        let num = |v: Option<String>| v.and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
+        let time = |v: Option<String>| -> Result<_, Error> {
+            match v.as_deref() {
+                None | Some("") => Ok(None),
+                Some(s) => s
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(chrono::DateTime::from_timestamp_micros)
+                    .map(Some)
+                    .ok_or_else(bad),
+            }
+        };
+        Ok(Some(CampaignView {
+            id: id.to_owned(),
+            kind: Kind::parse(&kind).ok_or_else(bad)?,
+            total: num(total)?,
+            remaining: num(remaining)?,
+            per_user_limit: num(limit)?,
+            status: status.as_deref().and_then(Status::parse).ok_or_else(bad)?,
+            starts_at: time(starts)?,
+            ends_at: time(ends)?,
+        }))
+    }
+
+    /// Orders answered `won` but not yet in the ledger, over every campaign.
+    pub async fn lag(&self) -> anyhow::Result<u64> {
+        pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
+    }
+}
+
+#[async_trait]
+impl Backend for ScaleOut {
+    async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
+        self.create(c).await
+    }
+
+    async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
+        if let Some(v) = self.gate_view(id).await? {
+            return Ok(v);
+        }
+        self.install_from_ledger(id).await?;
+        self.gate_view(id)
+            .await?
+            .ok_or_else(|| Error::campaign_not_found(id))
+    }
+
+    async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {
+        self.campaign(id).await?;
+        self.ledger
+            .apply(&[&LedgerWrite::Limits {
+                campaign_id: id.to_owned(),
+                limits,
+                at: crate::domain::now(),
+            }])
+            .await
+            .map_err(|e| Error::unavailable("storing rate limits failed", e))?;
+        tracing::info!(campaign = id, limits = %serde_json::json!(limits), "rate limits set");
+        Ok(limits)
+    }
+
+    async fn all_limits(&self) -> Result<Vec<(String, CampaignLimits)>, Error> {
+        self.ledger
+            .campaign_limits()
+            .await
+            .map_err(|e| Error::unavailable("reading rate limits failed", e))
+    }
+
+    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
+        self.restock_campaign(id, restock).await
+    }
+
+    async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error> {
+        self.change_status(id, status).await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        req: ClaimRequest,
+        key: Option<IdempotencyKey>,
+    ) -> Result<ClaimAnswer, Error> {
+        let key = key.as_ref().map(IdempotencyKey::as_str);
+        for attempt in 0..2 {
+            let mut conn = self.conn();
+            let script = self.scripts.claim(
+                &mut conn,
+                id,
+                &req.user_id,
+                req.qty,
+                key,
+                self.idem_ttl_secs,
+            );
+            // Bounded even while a connection is still reconnecting to an unreachable Redis.
+            let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
+                .map_err(|e| {
+                    tracing::error!(error = %format!("{e:#}"), campaign = id, "claim script failed");
+                    // The script may have run before the connection broke: say so.
+                    Error::Unavailable(
+                        "the claim could not be completed by Redis; it may or may not have been \
+                         processed: retry with the same Idempotency-Key to learn its outcome"
+                            .into(),
+                    )
+                })?;
+            match claimed {
+                Claimed::Answer(a) => return Ok(a),
+                Claimed::Missing if attempt == 0 => self.install_from_ledger(id).await?,
+                Claimed::Missing => break,
+            }
+        }
+        Err(Error::campaign_not_found(id))
+    }
+
+    async fn order(&self, order_id: &str) -> Result<Order, Error> {
+        crate::domain::parse_order_id(order_id)?;
+        self.ledger
+            .order(order_id)
+            .await
+            .map_err(|e| Error::unavailable("reading the order failed", e))?
+            .ok_or_else(|| Error::order_not_found(order_id))
+    }
+
+    async fn orders(&self, campaign_id: &str, query: OrderQuery) -> Result<OrderPage, Error> {
+        self.campaign(campaign_id).await?;
+        crate::ledger::order_page(&*self.ledger, campaign_id, &query).await
+    }
+
+    async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
+        self.cancel_order(order_id).await
+    }
+
+    async fn health(&self) -> Result<(), Error> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<String>(&mut conn);
+        tokio::time::timeout(Duration::from_secs(2), ping)
+            .await
+            .map_err(|_| Error::unavailable("Redis does not answer", "timed out"))?
+            .map_err(redis_failed("Redis does not answer"))?;
+        self.ledger
+            .ping()
+            .await
+            .map_err(|e| Error::unavailable("PostgreSQL does not answer", e))
+    }
+
+    async fn pipeline_lag(&self) -> Option<u64> {
+        self.lag().await.ok()
+    }
+
+    async fn shutdown(&self) {
+        if let Some(worker) = self.worker.lock().await.take() {
+            worker.stop().await;
+        }
+    }
+}

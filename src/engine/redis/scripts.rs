@@ -1,0 +1,274 @@
+//! The Lua scripts of the gate (`lua/*.lua`, each with a KEYS/ARGV header) and typed calls.
+//!
+//! Scripts are loaded once at start (`SCRIPT LOAD`, on every primary of a cluster) and called
+//! by SHA (`EVALSHA`); redis-rs's `invoke_async` loads a script again when Redis answers
+//! NOSCRIPT, so a Redis restart or a failover to a replica with an empty script cache costs
+//! one extra round trip and nothing else. Pipelined calls would not reload, so none are used.
+
+use redis::{RedisResult, Script};
+
+use super::conn::RedisConn;
+use super::keys::{Keys, GROUP};
+use crate::domain::{ClaimAnswer, Outcome};
+use crate::engine::state::CampaignState;
+
+pub struct Scripts {
+    claim: Script,
+    install: Script,
+    restock: Script,
+    status: Script,
+    release: Script,
+    ack: Script,
+}
+
+/// What the claim script decided.
+pub enum Claimed {
+    Answer(ClaimAnswer),
+    /// The campaign is not in Redis (unknown, or to be rebuilt from the ledger).
+    Missing,
+}
+
+/// Result of a guarded script: applied, refused with the gate's value, or campaign missing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Guarded {
+    Ok(String),
+    Refused(String),
+    Missing,
+}
+
+fn guarded((tag, value): (String, String)) -> Guarded {
+    match tag.as_str() {
+        "ok" => Guarded::Ok(value),
+        "missing" => Guarded::Missing,
+        _ => Guarded::Refused(value),
+    }
+}
+
+/// Decodes the line format of `claim.lua` (outcome, order_id, qty, remaining, held, codes…).
+pub fn decode_answer(encoded: &str) -> Option<ClaimAnswer> {
+    let mut lines = encoded.split('\n');
+    let outcome = lines.next()?;
+    let outcome = Outcome::ALL.into_iter().find(|o| o.as_str() == outcome)?;
+    let text = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_owned);
+    let order_id = text(lines.next());
+    let mut num = || -> Option<Option<u64>> {
+        match lines.next() {
+            None | Some("") => Some(None),
+            Some(s) => s.parse().ok().map(Some),
+        }
+    };
+    let (qty, remaining, held) = (num()?, num()?, num()?);
+    let codes: Vec<String> = lines.map(str::to_owned).collect();
+    Some(ClaimAnswer {
+        outcome,
+        order_id,
+        qty,
+        codes: (!codes.is_empty()).then_some(codes),
+        remaining,
+        held,
+    })
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self {
+            claim: Script::new(include_str!("lua/claim.lua")),
+            install: Script::new(include_str!("lua/install.lua")),
+            restock: Script::new(include_str!("lua/restock.lua")),
+            status: Script::new(include_str!("lua/status.lua")),
+            release: Script::new(include_str!("lua/release.lua")),
+            ack: Script::new(include_str!("lua/ack.lua")),
+        }
+    }
+}
+
+impl Scripts {
+    /// Loads every script into Redis's script cache.
+    pub async fn load(&self, conn: &mut RedisConn) -> RedisResult<()> {
+        for s in [
+            &self.claim,
+            &self.install,
+            &self.restock,
+            &self.status,
+            &self.release,
+            &self.ack,
+        ] {
+            s.prepare_invoke().load_async(conn).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn claim(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        user: &str,
+        qty: u64,
+        idem_key: Option<&str>,
+        idem_ttl_secs: u64,
+    ) -> anyhow::Result<Claimed> {
+        let k = Keys::new(campaign);
+        let mut inv = self.claim.prepare_invoke();
+        inv.key(k.meta())
+            .key(k.users())
+            .key(k.codes())
+            .key(k.seq())
+            .key(k.orders());
+        if let Some(key) = idem_key {
+            inv.key(k.idem(user, key));
+        }
+        inv.arg(user).arg(qty).arg(idem_ttl_secs);
+        let (tag, encoded): (String, String) = inv.invoke_async(conn).await?;
+        if tag == "missing" {
+            return Ok(Claimed::Missing);
+        }
+        decode_answer(&encoded)
+            .map(Claimed::Answer)
+            .ok_or_else(|| anyhow::anyhow!("the claim script answered {encoded:?}"))
+    }
+
+    /// Installs `state` unless the campaign is already in Redis; true if installed now.
+    pub async fn install(
+        &self,
+        conn: &mut RedisConn,
+        state: &CampaignState,
+        seq: u64,
+        released: &[String],
+    ) -> RedisResult<bool> {
+        let def = &state.def;
+        let k = Keys::new(&def.id);
+        let micros = |t: Option<chrono::DateTime<chrono::Utc>>| {
+            t.map(|t| t.timestamp_micros().to_string())
+                .unwrap_or_default()
+        };
+        let mut inv = self.install.prepare_invoke();
+        inv.key(k.meta())
+            .key(k.users())
+            .key(k.codes())
+            .key(k.seq())
+            .key(k.orders())
+            .key(k.released());
+        inv.arg(&def.id)
+            .arg(def.kind.as_str())
+            .arg(state.total)
+            .arg(state.remaining)
+            .arg(def.per_user_limit)
+            .arg(state.status.as_str())
+            .arg(micros(def.starts_at))
+            .arg(micros(def.ends_at))
+            .arg(seq)
+            .arg(GROUP);
+        let holders: Vec<(&String, &u64)> = state.holdings().collect();
+        inv.arg(holders.len());
+        for (user, held) in holders {
+            inv.arg(user).arg(*held);
+        }
+        inv.arg(released.len());
+        for id in released {
+            inv.arg(id);
+        }
+        for code in state.pool() {
+            inv.arg(code);
+        }
+        let installed: i64 = inv.invoke_async(conn).await?;
+        Ok(installed == 1)
+    }
+
+    /// Adds `units` (and `codes`) if the gate's total is still `before`.
+    pub async fn restock(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        before: u64,
+        units: u64,
+        codes: &[String],
+    ) -> RedisResult<Guarded> {
+        let k = Keys::new(campaign);
+        let mut inv = self.restock.prepare_invoke();
+        inv.key(k.meta()).key(k.codes()).arg(before).arg(units);
+        for c in codes {
+            inv.arg(c);
+        }
+        Ok(guarded(inv.invoke_async(conn).await?))
+    }
+
+    /// Sets the status; `Ok(previous)`, `Refused(previous)` for a closed campaign.
+    pub async fn status(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        status: &str,
+        force: bool,
+    ) -> RedisResult<Guarded> {
+        let mut inv = self.status.prepare_invoke();
+        inv.key(Keys::new(campaign).meta())
+            .arg(status)
+            .arg(if force { "force" } else { "" });
+        Ok(guarded(inv.invoke_async(conn).await?))
+    }
+
+    /// Gives an order's units, codes and allowance back, at most once per order id.
+    /// Returns 1 (released now), 0 (already released) or -1 (campaign not in Redis).
+    pub async fn release(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        order_id: &str,
+        user: &str,
+        qty: u64,
+        codes: &[String],
+    ) -> RedisResult<i64> {
+        let k = Keys::new(campaign);
+        let mut inv = self.release.prepare_invoke();
+        inv.key(k.meta())
+            .key(k.users())
+            .key(k.codes())
+            .key(k.released())
+            .arg(order_id)
+            .arg(user)
+            .arg(qty);
+        for c in codes {
+            inv.arg(c);
+        }
+        inv.invoke_async(conn).await
+    }
+
+    /// Acknowledges and deletes stream entries of a campaign.
+    pub async fn ack(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        ids: &[String],
+    ) -> RedisResult<u64> {
+        let mut acked = 0;
+        for chunk in ids.chunks(2000) {
+            let mut inv = self.ack.prepare_invoke();
+            inv.key(Keys::new(campaign).orders()).arg(GROUP);
+            for id in chunk {
+                inv.arg(id);
+            }
+            acked += inv.invoke_async::<u64>(conn).await?;
+        }
+        Ok(acked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_decode() {
+        let won = decode_answer("won\np-7\n1\n\n\nK7F-002").unwrap();
+        assert_eq!(won.order_id.as_deref(), Some("p-7"));
+        assert_eq!(won.codes, Some(vec!["K7F-002".to_string()]));
+        let sold = decode_answer("sold_out\n\n\n0\n").unwrap();
+        assert_eq!(
+            (sold.outcome, sold.remaining, sold.codes),
+            (Outcome::SoldOut, Some(0), None)
+        );
+        let paused = decode_answer("paused\n\n\n\n").unwrap();
+        assert_eq!(paused, ClaimAnswer::bare(Outcome::Paused));
+        assert!(decode_answer("nonsense").is_none());
+    }
+}

@@ -1,0 +1,316 @@
+//! PostgreSQL ledger of the scale-out deployment: the system of record shared by every instance.
+//!
+//! Same tables and meaning as the SQLite ledger (separate migrations in `migrations/postgres`,
+//! run at start), written through a connection pool because many `seckill serve` and
+//! `seckill worker` processes write at once. Queries are built at run time (no compile-time
+//! checked macros), so building seckill never needs a live database. The operations only the
+//! scale-out deployment needs (row-locked admin changes, reconciliation reads, poison records)
+//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
+
+use super::rows::{self, micros, OrderRow};
+use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use crate::domain::{CampaignLimits, Order};
+
+/// Rows per multi-row INSERT: 8 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
+const ROWS_PER_INSERT: usize = 1000;
+
+pub struct PgLedger {
+    pub(super) pool: PgPool,
+}
+
+impl PgLedger {
+    /// Connects to `url` and runs the PostgreSQL migrations.
+    pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let opts: PgConnectOptions = url
+            .parse()
+            .with_context(|| "the --postgres URL is not a valid postgres:// URL".to_string())?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(opts)
+            .await
+            .context("cannot connect to PostgreSQL")?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .context("PostgreSQL migration failed")?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+pub(super) async fn insert_orders(
+    conn: &mut PgConnection,
+    orders: &[&Order],
+) -> anyhow::Result<u64> {
+    let mut inserted = 0;
+    for chunk in orders.chunks(ROWS_PER_INSERT) {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
+        );
+        qb.push_values(chunk, |mut b, o| {
+            b.push_bind(&o.order_id)
+                .push_bind(&o.campaign_id)
+                .push_bind(o.seq() as i64)
+                .push_bind(&o.user_id)
+                .push_bind(o.qty as i64)
+                .push_bind(rows::codes_json(&o.codes))
+                .push_bind(o.state.as_str())
+                .push_bind(micros(o.created_at));
+        });
+        qb.push(" ON CONFLICT (order_id) DO NOTHING");
+        inserted += qb.build().execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(inserted)
+}
+
+async fn insert_idem(conn: &mut PgConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
+    for chunk in recs.chunks(ROWS_PER_INSERT) {
+        let mut qb = QueryBuilder::<Postgres>::new(
+            "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at) ",
+        );
+        qb.push_values(chunk, |mut b, r| {
+            b.push_bind(&r.campaign_id)
+                .push_bind(&r.user_id)
+                .push_bind(&r.key)
+                .push_bind(rows::answer_json(&r.answer))
+                .push_bind(micros(r.created_at));
+        });
+        qb.push(" ON CONFLICT DO NOTHING");
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn insert_codes(
+    conn: &mut PgConnection,
+    campaign_id: &str,
+    first_pos: i64,
+    codes: &[String],
+) -> Result<(), sqlx::Error> {
+    for (n, chunk) in codes.chunks(ROWS_PER_INSERT * 2).enumerate() {
+        let base = first_pos + (n * ROWS_PER_INSERT * 2) as i64;
+        let mut qb =
+            QueryBuilder::<Postgres>::new("INSERT INTO campaign_codes (campaign_id, code, pos) ");
+        qb.push_values(chunk.iter().enumerate(), |mut b, (i, code)| {
+            b.push_bind(campaign_id)
+                .push_bind(code)
+                .push_bind(base + i as i64);
+        });
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn event(
+    conn: &mut PgConnection,
+    campaign_id: &str,
+    kind: &str,
+    detail: String,
+    at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO events (campaign_id, kind, detail, at) VALUES ($1, $2, $3, $4)")
+        .bind(campaign_id)
+        .bind(kind)
+        .bind(detail)
+        .bind(micros(at))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Result<()> {
+    match write {
+        LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
+        LedgerWrite::CreateCampaign {
+            def,
+            total,
+            codes,
+            status,
+            at,
+        } => {
+            sqlx::query(
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(&def.id)
+            .bind(def.kind.as_str())
+            .bind(*total as i64)
+            .bind(def.per_user_limit as i64)
+            .bind(status.as_str())
+            .bind(def.starts_at.map(micros))
+            .bind(def.ends_at.map(micros))
+            .bind(micros(*at))
+            .execute(&mut *conn)
+            .await?;
+            insert_codes(conn, &def.id, 0, codes).await?;
+            Ok(event(conn, &def.id, "create", format!("total={total}"), *at).await?)
+        }
+        LedgerWrite::Restock {
+            campaign_id,
+            units,
+            codes,
+            at,
+        } => {
+            let before: i64 =
+                sqlx::query_scalar("SELECT total FROM campaigns WHERE id = $1 FOR UPDATE")
+                    .bind(campaign_id)
+                    .fetch_one(&mut *conn)
+                    .await?;
+            sqlx::query("UPDATE campaigns SET total = total + $1 WHERE id = $2")
+                .bind(*units as i64)
+                .bind(campaign_id)
+                .execute(&mut *conn)
+                .await?;
+            insert_codes(conn, campaign_id, before, codes).await?;
+            Ok(event(conn, campaign_id, "restock", format!("units={units}"), *at).await?)
+        }
+        LedgerWrite::Status {
+            campaign_id,
+            status,
+            at,
+        } => {
+            sqlx::query("UPDATE campaigns SET status = $1 WHERE id = $2")
+                .bind(status.as_str())
+                .bind(campaign_id)
+                .execute(&mut *conn)
+                .await?;
+            Ok(event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await?)
+        }
+        LedgerWrite::Cancel { order_id, at } => {
+            let done = sqlx::query(
+                "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
+                 WHERE order_id = $2 AND state = 'active' RETURNING campaign_id",
+            )
+            .bind(micros(*at))
+            .bind(order_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(row) = done {
+                let campaign_id: String = row.get(0);
+                event(conn, &campaign_id, "cancel", order_id.clone(), *at).await?;
+            }
+            Ok(())
+        }
+        LedgerWrite::Limits {
+            campaign_id,
+            limits,
+            at,
+        } => {
+            let json = serde_json::to_string(limits)?;
+            sqlx::query(
+                "INSERT INTO campaign_limits (campaign_id, limits, updated_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (campaign_id) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at",
+            )
+            .bind(campaign_id)
+            .bind(&json)
+            .bind(micros(*at))
+            .execute(&mut *conn)
+            .await?;
+            Ok(event(conn, campaign_id, "limits", json, *at).await?)
+        }
+    }
+}
+
+#[async_trait]
+impl Ledger for PgLedger {
+    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let mut orders = Vec::new();
+        let mut idem = Vec::new();
+        for w in writes {
+            match w {
+                LedgerWrite::Order(o) => orders.push(o),
+                LedgerWrite::Idem(r) => idem.push(r),
+                other => apply_one(&mut tx, other).await?,
+            }
+        }
+        insert_orders(&mut tx, &orders).await?;
+        insert_idem(&mut tx, &idem).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {
+        let row: Option<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = $1"))
+            .bind(order_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(Order::try_from).transpose()
+    }
+
+    async fn orders(
+        &self,
+        campaign_id: &str,
+        user_id: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> anyhow::Result<Vec<Order>> {
+        let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+            "{SELECT_ORDER} WHERE campaign_id = $1 AND seq > $2 \
+             AND ($3::TEXT IS NULL OR user_id = $3) ORDER BY seq LIMIT $4"
+        ))
+        .bind(campaign_id)
+        .bind(after as i64)
+        .bind(user_id)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(Order::try_from).collect()
+    }
+
+    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM campaigns ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(mut c) = self.stored(&id).await? {
+                c.idem = self.idem_since(&id, idem_since).await?;
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
+        let done = sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
+            .bind(micros(before))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn ping(&self) -> anyhow::Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>> {
+        let rows =
+            sqlx::query("SELECT campaign_id, limits FROM campaign_limits ORDER BY campaign_id")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|r| {
+                let json: String = r.get(1);
+                let limits = serde_json::from_str(&json)
+                    .with_context(|| format!("bad stored limits {json:?}"))?;
+                Ok((r.get(0), limits))
+            })
+            .collect()
+    }
+}
+
+pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at FROM orders";

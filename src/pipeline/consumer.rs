@@ -1,0 +1,324 @@
+//! One consumer of the order streams: read, insert in one transaction, acknowledge.
+//!
+//! [`Consumer::step`] is one pass over every campaign's stream, callable on its own from
+//! tests: entries this consumer already holds (after a failure or a restart under the same
+//! name), entries another consumer has held longer than `reclaim_after` (it crashed:
+//! XAUTOCLAIM), then new ones (XREADGROUP `>`). The orders go to PostgreSQL in one transaction
+//! with `ON CONFLICT DO NOTHING` on the order id, so an entry delivered twice is harmless, and
+//! the entries are acknowledged and deleted only after the commit. If PostgreSQL is
+//! unreachable nothing is acknowledged: the streams buffer, and the next step retries.
+//! An entry PostgreSQL refuses for its data (a constraint, a bad value) is poison: it is
+//! recorded in `failed_orders`, its units, codes and allowance go back in Redis, and it is
+//! acknowledged — compensated and recorded, never dropped silently.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+
+use super::entry::Entry;
+use super::PipelineOptions;
+use crate::domain::{now, Order};
+use crate::engine::redis::{Keys, RedisConn, Scripts, GROUP};
+use crate::ledger::{is_data_error, FailedOrder, Ledger, LedgerWrite, PgLedger};
+
+/// What one step did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub read: usize,
+    pub persisted: usize,
+    pub poisoned: usize,
+}
+
+pub struct Consumer {
+    conn: RedisConn,
+    ledger: Arc<PgLedger>,
+    scripts: Arc<Scripts>,
+    opts: PipelineOptions,
+    campaigns: Vec<String>,
+    refreshed: Option<Instant>,
+    reclaimed: Option<Instant>,
+    /// Re-read this consumer's own unacknowledged entries before taking new ones.
+    recheck_own: bool,
+}
+
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+fn is_nogroup(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOGROUP")
+}
+
+impl Consumer {
+    /// A consumer on its own Redis connection (`conn` must not be shared with the claim path).
+    pub fn new(
+        conn: RedisConn,
+        ledger: Arc<PgLedger>,
+        scripts: Arc<Scripts>,
+        opts: PipelineOptions,
+    ) -> Self {
+        Self {
+            conn,
+            ledger,
+            scripts,
+            opts,
+            campaigns: Vec::new(),
+            refreshed: None,
+            reclaimed: None,
+            recheck_own: true,
+        }
+    }
+
+    /// Makes the next step re-read this consumer's unacknowledged entries first (after a step
+    /// was abandoned half-way).
+    pub fn recheck_own(&mut self) {
+        self.recheck_own = true;
+    }
+
+    pub fn name(&self) -> &str {
+        &self.opts.consumer
+    }
+
+    /// Refreshes the campaign list from the ledger; keeps the last one if it is unreachable.
+    async fn refresh(&mut self) {
+        if self.refreshed.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return;
+        }
+        match self.ledger.campaign_ids().await {
+            Ok(ids) => {
+                self.campaigns = ids;
+                self.refreshed = Some(Instant::now());
+            }
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "cannot list campaigns; using the last list")
+            }
+        }
+    }
+
+    /// One pass: gather up to `batch` entries, persist them, acknowledge what is done.
+    pub async fn step(&mut self) -> anyhow::Result<Step> {
+        self.refresh().await;
+        let reclaim_every =
+            (self.opts.reclaim_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let mut reclaim = !self.reclaimed.is_some_and(|t| t.elapsed() < reclaim_every);
+        if reclaim {
+            self.reclaimed = Some(Instant::now());
+        }
+        let mut entries = Vec::new();
+        // Own unacknowledged entries first when asked; if there are none, new ones at once.
+        for own in [true, false] {
+            if own && !self.recheck_own {
+                continue;
+            }
+            for id in self.campaigns.clone() {
+                let room = self.opts.batch.saturating_sub(entries.len());
+                if room == 0 {
+                    break;
+                }
+                match self.gather(&id, room, reclaim, own).await {
+                    Ok(mut e) => entries.append(&mut e),
+                    Err(e) if is_nogroup(&e) => continue,
+                    Err(e) => {
+                        self.recheck_own = true;
+                        return Err(e.into());
+                    }
+                }
+            }
+            reclaim = false;
+            if !entries.is_empty() {
+                break;
+            }
+            self.recheck_own = false;
+        }
+        let step = self.process(entries).await;
+        if step.is_err() {
+            self.recheck_own = true;
+        }
+        step
+    }
+
+    async fn gather(
+        &mut self,
+        id: &str,
+        room: usize,
+        reclaim: bool,
+        own: bool,
+    ) -> redis::RedisResult<Vec<Entry>> {
+        let stream = Keys::new(id).orders();
+        let mut out = Vec::new();
+        let wrap = |s: StreamId| Entry {
+            campaign_id: id.to_owned(),
+            stream_id: s.id,
+            fields: s.map,
+        };
+        if reclaim {
+            let mut cursor = "0-0".to_owned();
+            while out.len() < room {
+                let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                    .arg(&stream)
+                    .arg(GROUP)
+                    .arg(&self.opts.consumer)
+                    .arg(self.opts.reclaim_after.as_millis() as u64)
+                    .arg(&cursor)
+                    .arg("COUNT")
+                    .arg(room - out.len())
+                    .query_async(&mut self.conn)
+                    .await?;
+                if !reply.claimed.is_empty() {
+                    tracing::warn!(
+                        campaign = id,
+                        entries = reply.claimed.len(),
+                        "took over orders of a stalled consumer"
+                    );
+                }
+                out.extend(reply.claimed.into_iter().map(wrap));
+                cursor = reply.next_stream_id;
+                if cursor == "0-0" {
+                    break;
+                }
+            }
+        }
+        let room = room.saturating_sub(out.len());
+        if room > 0 {
+            let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(GROUP)
+                .arg(&self.opts.consumer)
+                .arg("COUNT")
+                .arg(room)
+                .arg("STREAMS")
+                .arg(&stream)
+                .arg(if own { "0" } else { ">" })
+                .query_async(&mut self.conn)
+                .await?;
+            for key in reply.map(|r| r.keys).unwrap_or_default() {
+                out.extend(key.ids.into_iter().filter(|s| !s.map.is_empty()).map(wrap));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn process(&mut self, entries: Vec<Entry>) -> anyhow::Result<Step> {
+        let mut step = Step {
+            read: entries.len(),
+            ..Step::default()
+        };
+        let mut good: Vec<(Entry, Order)> = Vec::with_capacity(entries.len());
+        for e in entries {
+            match e.order() {
+                Ok(o) => good.push((e, o)),
+                Err(why) => {
+                    self.poison(&e, None, &format!("{why:#}")).await?;
+                    step.poisoned += 1;
+                }
+            }
+        }
+        if good.is_empty() {
+            return Ok(step);
+        }
+        let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
+        match self.ledger.insert_pipeline_orders(&orders).await {
+            Ok(collisions) => {
+                for o in &collisions {
+                    self.collision(&good, o).await?;
+                }
+                self.ack(good.iter().map(|(e, _)| e)).await?;
+                step.persisted += good.len() - collisions.len();
+                step.poisoned += collisions.len();
+            }
+            Err(e) if is_data_error(&e) => {
+                // Somewhere in the batch is an order PostgreSQL refuses: find it alone.
+                for (entry, order) in &good {
+                    let one = LedgerWrite::Order(order.clone());
+                    match self.ledger.apply(&[&one]).await {
+                        Ok(()) => {
+                            self.ack([entry]).await?;
+                            step.persisted += 1;
+                        }
+                        Err(e) if is_data_error(&e) => {
+                            self.poison(entry, Some(order), &format!("{e:#}")).await?;
+                            step.poisoned += 1;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(e.context("the ledger did not take the orders; they stay in the stream"))
+            }
+        }
+        Ok(step)
+    }
+
+    async fn ack<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = &'a Entry>,
+    ) -> anyhow::Result<()> {
+        let mut by_campaign: HashMap<&str, Vec<String>> = HashMap::new();
+        for e in entries {
+            by_campaign
+                .entry(&e.campaign_id)
+                .or_default()
+                .push(e.stream_id.clone());
+        }
+        for (campaign, ids) in by_campaign {
+            self.scripts.ack(&mut self.conn, campaign, &ids).await?;
+        }
+        Ok(())
+    }
+
+    /// Records an order whose id the ledger already holds for another order. Its units stay
+    /// taken in the gate: they stand in for the lost order the ledger holds under that id.
+    async fn collision(&mut self, good: &[(Entry, Order)], o: &Order) -> anyhow::Result<()> {
+        let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
+            return Ok(());
+        };
+        tracing::error!(order = %o.order_id, user = %o.user_id, "order id reused: Redis lost acknowledged writes; recording the order");
+        self.ledger
+            .record_failed(&FailedOrder {
+                stream_id: entry.stream_id.clone(),
+                campaign_id: entry.campaign_id.clone(),
+                order_id: Some(o.order_id.clone()),
+                payload: entry.payload(),
+                reason: "the ledger already holds a different order under this id: Redis lost \
+                         acknowledged writes (failover, or restart without AOF)"
+                    .into(),
+                at: now(),
+            })
+            .await
+    }
+
+    /// Records an entry that can never be persisted, gives its units back, acknowledges it.
+    async fn poison(
+        &mut self,
+        entry: &Entry,
+        order: Option<&Order>,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        tracing::error!(campaign = %entry.campaign_id, stream_id = %entry.stream_id, order = ?order.map(|o| &o.order_id), reason, "poison order: compensating and recording it");
+        self.ledger
+            .record_failed(&FailedOrder {
+                stream_id: entry.stream_id.clone(),
+                campaign_id: entry.campaign_id.clone(),
+                order_id: order.map(|o| o.order_id.clone()),
+                payload: entry.payload(),
+                reason: reason.to_owned(),
+                at: now(),
+            })
+            .await?;
+        if let Some(o) = order {
+            let codes = o.codes.clone().unwrap_or_default();
+            self.scripts
+                .release(
+                    &mut self.conn,
+                    &o.campaign_id,
+                    &o.order_id,
+                    &o.user_id,
+                    o.qty,
+                    &codes,
+                )
+                .await?;
+        }
+        self.ack([entry]).await
+    }
+}

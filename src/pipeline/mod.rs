@@ -1,0 +1,149 @@
+//! The order pipeline of the scale-out deployment: Redis Streams → PostgreSQL.
+//!
+//! Every won claim leaves its order in its campaign's stream (the claim script appends it
+//! atomically with the reservation). Consumers in the consumer group `seckill` — one inside
+//! each `seckill serve` by default, or separate `seckill worker` processes — move them into
+//! the ledger ([`Consumer`]). The lag (orders answered `won` but not yet in the ledger) is
+//! the total length of the streams, because entries are deleted as they are acknowledged;
+//! `GET /healthz` reports it as `pipeline_lag`.
+
+mod consumer;
+mod entry;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use consumer::{Consumer, Step};
+pub use entry::Entry;
+
+use crate::engine::redis::{Keys, RedisConn, RedisTarget, Scripts};
+use crate::ledger::PgLedger;
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    /// Most orders inserted in one transaction.
+    pub batch: usize,
+    /// Entries a consumer has held unacknowledged this long are taken over (it crashed).
+    pub reclaim_after: Duration,
+    /// This consumer's name in the group; unique per running process.
+    pub consumer: String,
+}
+
+impl PipelineOptions {
+    /// Defaults with a fresh consumer name (process id + random suffix).
+    pub fn new() -> Self {
+        Self {
+            batch: 1000,
+            reclaim_after: Duration::from_secs(30),
+            consumer: default_consumer_name(),
+        }
+    }
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn default_consumer_name() -> String {
+    format!(
+        "seckill-{}-{}",
+        std::process::id(),
+        hex::encode(rand::random::<[u8; 3]>())
+    )
+}
+
+/// Orders waiting in the streams of `campaigns` (won, not yet in the ledger).
+pub async fn lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for id in campaigns {
+        let n: u64 = redis::cmd("XLEN")
+            .arg(Keys::new(id).orders())
+            .query_async(conn)
+            .await?;
+        total += n;
+    }
+    Ok(total)
+}
+
+/// A running consumer task.
+pub struct Worker {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Worker {
+    /// Lets the current step finish, then stops.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "the pipeline task failed");
+        }
+    }
+}
+
+/// Starts a consumer on a dedicated Redis connection.
+pub async fn spawn(
+    target: &RedisTarget,
+    ledger: Arc<PgLedger>,
+    scripts: Arc<Scripts>,
+    opts: PipelineOptions,
+) -> anyhow::Result<Worker> {
+    let conn = RedisConn::connect(target).await?;
+    let consumer = Consumer::new(conn, ledger, scripts, opts);
+    tracing::info!(consumer = consumer.name(), "order pipeline started");
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(run(consumer, stopped));
+    Ok(Worker { stop, task })
+}
+
+/// Longest one consumer step may take before it is abandoned and retried.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
+    const IDLE_MIN: Duration = Duration::from_millis(2);
+    const IDLE_MAX: Duration = Duration::from_millis(50);
+    const BACKOFF_MIN: Duration = Duration::from_millis(100);
+    const BACKOFF_MAX: Duration = Duration::from_secs(2);
+    let (mut idle, mut backoff) = (IDLE_MIN, BACKOFF_MIN);
+    while !*stopped.borrow() {
+        // Bounded: a connection still reconnecting to an unreachable Redis can hang a request;
+        // nothing is lost by abandoning a step (unacknowledged entries are read again).
+        let step = match tokio::time::timeout(STEP_TIMEOUT, consumer.step()).await {
+            Ok(step) => step,
+            Err(_) => {
+                consumer.recheck_own();
+                Err(anyhow::anyhow!(
+                    "the step took longer than {STEP_TIMEOUT:?}"
+                ))
+            }
+        };
+        let pause = match step {
+            Ok(step) if step.read > 0 => {
+                tracing::debug!(?step, "pipeline step");
+                (idle, backoff) = (IDLE_MIN, BACKOFF_MIN);
+                continue;
+            }
+            Ok(_) => {
+                let p = idle;
+                idle = (idle * 2).min(IDLE_MAX);
+                p
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "pipeline step failed");
+                let p = backoff;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                p
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+    tracing::info!(consumer = consumer.name(), "order pipeline stopped");
+}

@@ -1,0 +1,144 @@
+//! An order PostgreSQL refuses for its data is compensated in Redis and recorded.
+
+use serde_json::json;
+use sqlx::Connection;
+
+use seckill::domain::Outcome;
+use seckill::ledger::PgLedger;
+
+use crate::helpers::{App, Deploy};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn poison_order_is_compensated_and_recorded() {
+    let app = App::spawn(Deploy::ScaleOut).await;
+    let db = app.postgres.clone().unwrap();
+    app.create(json!({"id": "guarded", "stock": 10})).await;
+    app.create(json!({"id": "guarded-codes", "codes": ["P1", "P2"]}))
+        .await;
+    // A rule the ledger enforces but the gate does not know: mallory's orders never persist.
+    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
+    sqlx::query(
+        "ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory') NOT VALID",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for user in ["alice", "mallory", "bob"] {
+        assert_eq!(app.claim("guarded", user, 1).await.outcome, Outcome::Won);
+    }
+    let poisoned = app.claim("guarded-codes", "mallory", 1).await;
+    assert_eq!(poisoned.codes, Some(vec!["P1".to_string()]));
+    app.settle().await;
+
+    let orders = app.client.all_orders("guarded").await.unwrap();
+    let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
+    assert_eq!(
+        users,
+        ["alice", "bob"],
+        "the good orders of the batch persisted"
+    );
+    let view = app.client.campaign("guarded").await.unwrap();
+    assert_eq!(view.remaining, 8, "mallory's unit went back");
+    let ledger = PgLedger::open(&db, 1).await.unwrap();
+    let failed = ledger.failed_orders("guarded").await.unwrap();
+    assert_eq!(failed.len(), 1, "the poison order is recorded: {failed:?}");
+    assert!(failed[0]
+        .0
+        .as_deref()
+        .is_some_and(|id| id.starts_with("guarded-")));
+    assert!(
+        failed[0].1.contains("no_mallory"),
+        "the reason names the refusal: {}",
+        failed[0].1
+    );
+
+    // The code went back to the pool and the allowance was freed.
+    let next = app.claim("guarded-codes", "alice", 1).await;
+    assert_eq!(
+        next.codes,
+        Some(vec!["P1".to_string()]),
+        "the code is handed out again"
+    );
+    assert_eq!(
+        ledger.failed_orders("guarded-codes").await.unwrap().len(),
+        1
+    );
+    app.settle().await;
+    sqlx::query("ALTER TABLE orders DROP CONSTRAINT no_mallory")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.claim("guarded", "mallory", 1).await.outcome,
+        Outcome::Won,
+        "allowance freed"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_stream_entry_is_recorded_not_dropped() {
+    let app = App::spawn(Deploy::ScaleOut).await;
+    app.create(json!({"id": "tampered", "stock": 5})).await;
+    let client = redis::Client::open(app.redis[0].as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("{c:tampered}:orders")
+        .arg("*")
+        .arg("order_id")
+        .arg("tampered-x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(app.claim("tampered", "u1", 1).await.outcome, Outcome::Won);
+    app.settle().await;
+    assert_eq!(app.client.all_orders("tampered").await.unwrap().len(), 1);
+    let ledger = PgLedger::open(app.postgres.as_deref().unwrap(), 1)
+        .await
+        .unwrap();
+    let failed = ledger.failed_orders("tampered").await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reissued_order_id_is_told_apart_from_a_redelivery() {
+    use seckill::domain::{Order, OrderState};
+    let db = crate::servers::pg().fresh_db().await;
+    let ledger = PgLedger::open(&db, 2).await.unwrap();
+    let order = |user: &str| Order {
+        order_id: "reissued-1".into(),
+        campaign_id: "reissued".into(),
+        user_id: user.into(),
+        qty: 1,
+        codes: None,
+        state: OrderState::Active,
+        created_at: seckill::domain::now(),
+        cancelled_at: None,
+    };
+    let first = order("alice");
+    assert!(ledger
+        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .await
+        .unwrap()
+        .is_empty());
+    let redelivered = ledger
+        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    assert!(redelivered.is_empty(), "the same order again is harmless");
+    let other = order("bob");
+    let collisions = ledger
+        .insert_pipeline_orders(std::slice::from_ref(&other))
+        .await
+        .unwrap();
+    assert_eq!(
+        collisions,
+        vec![other],
+        "another order under the same id is reported"
+    );
+    let stored = seckill::ledger::Ledger::order(&ledger, "reissued-1")
+        .await
+        .unwrap();
+    assert_eq!(stored.unwrap().user_id, "alice", "the first order stays");
+}

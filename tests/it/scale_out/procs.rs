@@ -1,0 +1,98 @@
+//! Real `seckill serve` / `seckill worker` processes for the scale-out tests.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use seckill::client::Client;
+
+use crate::helpers::TOKEN;
+
+pub struct Seckill {
+    child: Child,
+    pub url: Option<String>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn scale_args(redis: &[String], postgres: &str) -> Vec<String> {
+    vec![
+        "--redis".into(),
+        redis.join(","),
+        "--postgres".into(),
+        postgres.into(),
+    ]
+}
+
+impl Seckill {
+    /// `seckill serve` on a free port against `redis` and `postgres`, plus `extra` flags.
+    pub fn serve(redis: &[String], postgres: &str, extra: &[&str]) -> Seckill {
+        let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--admin-token", TOKEN]
+            .map(String::from)
+            .to_vec();
+        args.extend(scale_args(redis, postgres));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start(args, "listening on http://")
+    }
+
+    /// `seckill worker` against `redis` and `postgres`, plus `extra` flags.
+    pub fn worker(redis: &[String], postgres: &str, extra: &[&str]) -> Seckill {
+        let mut args = vec!["worker".to_string()];
+        args.extend(scale_args(redis, postgres));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start(args, "seckill worker running")
+    }
+
+    fn start(args: Vec<String>, ready: &str) -> Seckill {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the seckill binary starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let url = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("seckill exited before {ready:?}: {:?}", log.lock()))
+                .unwrap();
+            log.lock().push(line.clone());
+            if let Some(at) = line.find(ready) {
+                let rest = &line[at + ready.len()..];
+                break rest
+                    .split_whitespace()
+                    .next()
+                    .map(|addr| format!("http://{addr}"));
+            }
+        };
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            lines
+                .map_while(Result::ok)
+                .for_each(|l| sink.lock().push(l))
+        });
+        Seckill { child, url, log }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.url.as_deref().expect("a serve process"), TOKEN)
+    }
+
+    /// What the process logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().join("\n")
+    }
+
+    pub fn sigkill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Seckill {
+    fn drop(&mut self) {
+        self.sigkill();
+    }
+}

@@ -1,0 +1,190 @@
+//! Throwaway redis-server instances: single node, three-master Cluster, primary + replica +
+//! Sentinel.
+
+use std::process::Command;
+
+use super::{find_binary, free_port, redis_raw, wait_until, Daemon};
+
+/// A redis-server on a free port with its own directory.
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    pub(super) daemon: Option<Daemon>,
+}
+
+impl RedisServer {
+    /// A plain server (no persistence) unless `args` say otherwise.
+    pub fn start(args: &[&str]) -> RedisServer {
+        let mut r = RedisServer {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            daemon: None,
+        };
+        r.boot();
+        r
+    }
+
+    /// With AOF persistence fsynced on every write.
+    pub fn start_aof() -> RedisServer {
+        Self::start(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
+    fn boot(&mut self) {
+        let mut cmd = Command::new(find_binary("redis-server"));
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args);
+        let log = self.dir.path().join("redis.log");
+        self.daemon = Some(Daemon::spawn(cmd, None, libc::SIGKILL, &log));
+        let port = self.port;
+        wait_until("redis-server", || {
+            redis_raw(port, "PING").is_some_and(|r| r.starts_with("+PONG"))
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// kill -9, then start again on the same port and directory.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.stop(libc::SIGKILL);
+        }
+        self.boot();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.stop(libc::SIGKILL);
+        }
+    }
+}
+
+/// Three Redis Cluster masters on loopback ports, slots spread by `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let mut cmd = Command::new(find_binary("redis-cli"));
+        cmd.arg("--cluster").arg("create");
+        for n in &nodes {
+            cmd.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = cmd
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "cluster create failed: {out:?}");
+        for n in &nodes {
+            let port = n.port;
+            wait_until("the Redis Cluster", || {
+                redis_raw(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
+            });
+        }
+        RedisCluster { nodes }
+    }
+
+    /// The seed URLs, as `--redis` takes them.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// A primary, one replica and one Sentinel watching them as `mymaster`.
+pub struct SentinelSetup {
+    pub primary: RedisServer,
+    pub replica: RedisServer,
+    pub sentinel_port: u16,
+    _sentinel: Daemon,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelSetup {
+    pub const MASTER: &'static str = "mymaster";
+
+    pub fn start() -> SentinelSetup {
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        let primary = RedisServer::start(&aof);
+        let primary_port = primary.port.to_string();
+        let mut replica_args = aof.to_vec();
+        replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
+        let replica = RedisServer::start(&replica_args);
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {m} 1000\n\
+                 sentinel failover-timeout {m} 5000\n",
+                dir.path().display(),
+                m = Self::MASTER
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(find_binary("redis-server"));
+        cmd.arg(&conf).arg("--sentinel");
+        let sentinel = Daemon::spawn(cmd, None, libc::SIGKILL, &dir.path().join("sentinel.log"));
+        let replica_port = replica.port.to_string();
+        wait_until("the Sentinel to see the replica", || {
+            redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER))
+                .is_some_and(|r| r.contains(&replica_port))
+        });
+        SentinelSetup {
+            primary,
+            replica,
+            sentinel_port: port,
+            _sentinel: sentinel,
+            _dir: dir,
+        }
+    }
+
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// Waits until the replica has everything the primary acknowledged.
+    pub fn wait_replicated(&self) {
+        let reply = redis_raw(self.primary.port, "WAIT 1 10000").unwrap_or_default();
+        assert!(reply.starts_with(":1"), "the replica caught up: {reply}");
+    }
+
+    /// kill -9 of the primary; returns once the Sentinel promoted the replica.
+    pub fn kill_primary_and_fail_over(&mut self) {
+        if let Some(d) = self.primary.daemon.take() {
+            d.stop(libc::SIGKILL);
+        }
+        let replica_port = self.replica.port.to_string();
+        let port = self.sentinel_port;
+        wait_until("the Sentinel failover", || {
+            redis_raw(
+                port,
+                &format!("SENTINEL get-master-addr-by-name {}", Self::MASTER),
+            )
+            .is_some_and(|r| r.contains(&replica_port))
+        });
+    }
+}
