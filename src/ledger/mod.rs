@@ -10,6 +10,7 @@ mod postgres_ops;
 mod postgres_recovery;
 mod rows;
 mod sqlite;
+mod sqlite_recovery;
 
 pub use group_commit::{CommitError, GroupCommit};
 pub use postgres::PgLedger;

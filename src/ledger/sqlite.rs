@@ -5,12 +5,11 @@
 //! WAL lets run beside the writer. Orders are inserted with multi-row statements to keep a
 //! batch of a thousand claims down to a handful of statements.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -19,8 +18,7 @@ use tokio::sync::Mutex;
 
 use super::rows::{self, micros, OrderRow};
 use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
-use crate::domain::{CampaignLimits, Kind, Order, Status};
-use crate::engine::state::CampaignDef;
+use crate::domain::{CampaignLimits, Order};
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
 const ROWS_PER_INSERT: usize = 1000;
@@ -284,82 +282,7 @@ impl Ledger for SqliteLedger {
 
     async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
         let mut conn = self.writer.lock().await;
-        let mut campaigns = Vec::new();
-        let mut index = HashMap::new();
-        let rows = sqlx::query(
-            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns ORDER BY created_at",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        for r in rows {
-            let id: String = r.get(0);
-            let kind: String = r.get(1);
-            let status: String = r.get(4);
-            index.insert(id.clone(), campaigns.len());
-            campaigns.push(StoredCampaign {
-                def: CampaignDef {
-                    kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
-                    per_user_limit: r.get::<i64, _>(3) as u64,
-                    starts_at: rows::opt_time(r.get(5))?,
-                    ends_at: rows::opt_time(r.get(6))?,
-                    id,
-                },
-                total: r.get::<i64, _>(2) as u64,
-                status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
-                codes: Vec::new(),
-                active: Vec::new(),
-                max_seq: 0,
-                idem: Vec::new(),
-            });
-        }
-        let slot = |id: &str| {
-            index
-                .get(id)
-                .copied()
-                .ok_or_else(|| anyhow!("row refers to unknown campaign {id:?}"))
-        };
-        let codes =
-            sqlx::query("SELECT campaign_id, code FROM campaign_codes ORDER BY campaign_id, pos")
-                .fetch_all(&mut *conn)
-                .await?;
-        for r in codes {
-            campaigns[slot(r.get(0))?].codes.push(r.get(1));
-        }
-        let seqs = sqlx::query("SELECT campaign_id, MAX(seq) FROM orders GROUP BY campaign_id")
-            .fetch_all(&mut *conn)
-            .await?;
-        for r in seqs {
-            campaigns[slot(r.get(0))?].max_seq = r.get::<i64, _>(1) as u64;
-        }
-        let active = sqlx::query(
-            "SELECT campaign_id, user_id, qty, codes FROM orders WHERE state = 'active'",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        for r in active {
-            let codes = rows::parse_codes(r.get(3))?.unwrap_or_default();
-            campaigns[slot(r.get(0))?]
-                .active
-                .push((r.get(1), r.get::<i64, _>(2) as u64, codes));
-        }
-        let idem = sqlx::query(
-            "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency WHERE created_at >= ?",
-        )
-        .bind(micros(idem_since))
-        .fetch_all(&mut *conn)
-        .await?;
-        for r in idem {
-            let campaign_id: String = r.get(0);
-            let at = slot(&campaign_id)?;
-            campaigns[at].idem.push(IdemRecord {
-                campaign_id,
-                user_id: r.get(1),
-                key: r.get(2),
-                answer: rows::parse_answer(r.get(3))?,
-                created_at: rows::time(r.get(4))?,
-            });
-        }
-        Ok(campaigns)
+        super::sqlite_recovery::snapshot(&mut conn, idem_since).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

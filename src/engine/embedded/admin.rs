@@ -1,0 +1,207 @@
+//! Admin operations of the embedded engine. Each takes the campaign's admin mutex, so they
+//! never interleave. Pause and close apply under the claim lock before they are persisted (no
+//! claim decided afterwards wins); restock and resume apply only once durable (nothing sells
+//! before the change that allows it is on disk).
+
+use super::cell::Cell;
+use super::{commit_failed, Embedded};
+use crate::backend::Backend;
+use crate::domain::{
+    now, parse_order_id, CampaignLimits, CampaignView, Error, NewCampaign, Order, OrderState,
+    Restock, Status, Supply,
+};
+use crate::engine::state::{CampaignDef, CampaignState};
+use crate::ledger::{CommitError, LedgerWrite};
+
+impl Embedded {
+    pub(super) async fn create(&self, c: NewCampaign) -> Result<CampaignView, Error> {
+        let _one_at_a_time = self.create.lock().await;
+        if self.campaigns.read().contains_key(&c.id) {
+            return Err(Error::Conflict(format!(
+                "campaign '{}' already exists",
+                c.id
+            )));
+        }
+        let def = CampaignDef {
+            id: c.id.clone(),
+            kind: c.kind(),
+            per_user_limit: c.per_user_limit,
+            starts_at: c.starts_at,
+            ends_at: c.ends_at,
+        };
+        let total = c.total();
+        let codes = match c.supply {
+            Supply::Stock(_) => Vec::new(),
+            Supply::Codes(codes) => codes,
+        };
+        self.commit
+            .run(vec![LedgerWrite::CreateCampaign {
+                def: def.clone(),
+                total,
+                codes: codes.clone(),
+                status: Status::Active,
+                at: now(),
+            }])
+            .await
+            .map_err(commit_failed)?;
+        let cell = Cell::new(
+            CampaignState::new(def, total, codes, Status::Active),
+            &self.board,
+        );
+        let view = cell.view();
+        self.campaigns.write().insert(c.id, cell);
+        tracing::info!(campaign = %view.id, kind = view.kind.as_str(), total, "campaign created");
+        Ok(view)
+    }
+
+    pub(super) async fn add_stock(
+        &self,
+        id: &str,
+        restock: Restock,
+    ) -> Result<CampaignView, Error> {
+        let cell = self.cell(id)?;
+        let _admin = cell.admin.lock().await;
+        {
+            let inner = cell.inner.lock();
+            restock.check_against(inner.state.def.kind, inner.state.total)?;
+            if let Restock::Codes(codes) = &restock {
+                if let Some(dup) = inner.state.known_code(codes) {
+                    return Err(Error::Conflict(format!(
+                        "campaign '{id}' already has code {dup:?}"
+                    )));
+                }
+            }
+        }
+        // Persist first, then make the units available: a unit is never sold before the
+        // restock that created it is durable.
+        let (units, codes) = match &restock {
+            Restock::Units(n) => (*n, Vec::new()),
+            Restock::Codes(c) => (c.len() as u64, c.clone()),
+        };
+        self.commit
+            .run(vec![LedgerWrite::Restock {
+                campaign_id: id.to_owned(),
+                units,
+                codes,
+                at: now(),
+            }])
+            .await
+            .map_err(commit_failed)?;
+        let mut inner = cell.inner.lock();
+        match restock {
+            Restock::Units(n) => inner.state.add_units(n),
+            Restock::Codes(c) => inner.state.add_codes(c),
+        }
+        cell.publish(&inner);
+        tracing::info!(
+            campaign = id,
+            units,
+            total = inner.state.total,
+            "campaign restocked"
+        );
+        Ok(inner.state.view())
+    }
+
+    pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
+        let cell = self.cell(id)?;
+        let _admin = cell.admin.lock().await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let previous = {
+            let mut inner = cell.inner.lock();
+            let previous = inner.state.status;
+            previous.transition(to)?;
+            // Stopping takes effect at once, under the claim lock: no claim decided after this
+            // point can win. Resuming takes effect only once it is durable.
+            if to != Status::Active {
+                inner.state.status = to;
+                cell.publish(&inner);
+            }
+            let write = LedgerWrite::Status {
+                campaign_id: id.to_owned(),
+                status: to,
+                at: now(),
+            };
+            self.commit
+                .submit(vec![write], move |r| {
+                    let _ = tx.send(r);
+                })
+                .inspect_err(|_| {
+                    inner.state.status = previous;
+                    cell.publish(&inner);
+                })
+                .map_err(commit_failed)?;
+            previous
+        };
+        let committed = rx
+            .await
+            .unwrap_or_else(|_| Err(CommitError("the ledger writer has stopped".into())));
+        let mut inner = cell.inner.lock();
+        match committed {
+            Ok(()) => {
+                inner.state.status = to;
+                cell.publish(&inner);
+                tracing::info!(
+                    campaign = id,
+                    from = previous.as_str(),
+                    to = to.as_str(),
+                    "status changed"
+                );
+                Ok(inner.state.view())
+            }
+            Err(e) => {
+                inner.state.status = previous;
+                cell.publish(&inner);
+                Err(commit_failed(e))
+            }
+        }
+    }
+
+    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+        let (campaign_id, _) = parse_order_id(order_id)?;
+        let cell = self
+            .cell(campaign_id)
+            .map_err(|_| Error::order_not_found(order_id))?;
+        let _admin = cell.admin.lock().await;
+        let mut order = self.order(order_id).await?;
+        if order.state == OrderState::Cancelled {
+            return Ok(order);
+        }
+        let at = now();
+        self.commit
+            .run(vec![LedgerWrite::Cancel {
+                order_id: order_id.to_owned(),
+                at,
+            }])
+            .await
+            .map_err(commit_failed)?;
+        let codes = order.codes.clone().unwrap_or_default();
+        {
+            let mut inner = cell.inner.lock();
+            inner.state.release(&order.user_id, order.qty, &codes);
+            cell.publish(&inner);
+        }
+        order.state = OrderState::Cancelled;
+        order.cancelled_at = Some(at);
+        tracing::info!(order = order_id, qty = order.qty, "order cancelled");
+        Ok(order)
+    }
+
+    pub(super) async fn store_limits(
+        &self,
+        id: &str,
+        limits: CampaignLimits,
+    ) -> Result<CampaignLimits, Error> {
+        let cell = self.cell(id)?;
+        let _admin = cell.admin.lock().await;
+        self.commit
+            .run(vec![LedgerWrite::Limits {
+                campaign_id: id.to_owned(),
+                limits,
+                at: now(),
+            }])
+            .await
+            .map_err(commit_failed)?;
+        tracing::info!(campaign = id, limits = %serde_json::json!(limits), "rate limits set");
+        Ok(limits)
+    }
+}

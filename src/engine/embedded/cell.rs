@@ -1,0 +1,59 @@
+//! One campaign of the embedded engine: its state and idempotency slots behind one mutex, an
+//! async mutex that serialises admin operations, and its entry on the guard's stock board.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::domain::{CampaignView, Status};
+use crate::engine::idempotency::IdemSlots;
+use crate::engine::state::CampaignState;
+use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
+
+pub(super) struct Inner {
+    pub(super) state: CampaignState,
+    pub(super) idem: IdemSlots,
+}
+
+pub(super) struct Cell {
+    pub(super) inner: Mutex<Inner>,
+    pub(super) admin: tokio::sync::Mutex<()>,
+    /// This campaign on the guard's stock board; written under `inner`'s lock.
+    pub(super) signal: Arc<StockEntry>,
+}
+
+impl Cell {
+    pub(super) fn new(state: CampaignState, board: &StockBoard) -> Arc<Self> {
+        let def = &state.def;
+        let signal = board.register(
+            &def.id,
+            StockFacts {
+                per_user_limit: def.per_user_limit,
+                starts_at: def.starts_at,
+                ends_at: def.ends_at,
+            },
+        );
+        publish(&signal, &state);
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                state,
+                idem: IdemSlots::default(),
+            }),
+            admin: tokio::sync::Mutex::new(()),
+            signal,
+        })
+    }
+
+    /// Publishes the campaign's stock and status; call with `inner` locked, after a change.
+    pub(super) fn publish(&self, inner: &Inner) {
+        publish(&self.signal, &inner.state);
+    }
+
+    pub(super) fn view(&self) -> CampaignView {
+        self.inner.lock().state.view()
+    }
+}
+
+fn publish(signal: &StockEntry, state: &CampaignState) {
+    signal.publish(state.remaining, state.status == Status::Active);
+}

@@ -1,0 +1,136 @@
+//! The claim path of the embedded engine: the atomic step under the campaign lock, the order
+//! and idempotency answer handed to the group commit in the same critical section, and the
+//! commit callback that makes the decision final or undoes it.
+
+use chrono::Utc;
+use tokio::sync::watch;
+
+use super::cell::{Cell, Inner};
+use super::{commit_failed, Embedded};
+use crate::domain::{
+    now, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind, Order, OrderState,
+};
+use crate::engine::idempotency::{self, Slot};
+use crate::engine::state::{Decision, Reservation};
+use crate::ledger::{CommitError, IdemRecord, LedgerWrite};
+
+impl Embedded {
+    pub(super) async fn decide_and_commit(
+        &self,
+        id: &str,
+        req: ClaimRequest,
+        key: Option<IdempotencyKey>,
+    ) -> Result<ClaimAnswer, Error> {
+        let cell = self.cell(id)?;
+        let now = now();
+        let rx = 'decide: {
+            let mut inner = cell.inner.lock();
+            if let Some(k) = &key {
+                match inner.idem.get(&req.user_id, k.as_str()) {
+                    Some(Slot::Done(answer, _)) => return Ok(answer.clone()),
+                    // Someone is already processing this key: wait for their answer.
+                    Some(Slot::Pending(rx)) => break 'decide rx.clone(),
+                    None => {}
+                }
+            }
+            let kind = inner.state.def.kind;
+            let (answer, reservation) = match inner.state.decide(&req.user_id, req.qty, now) {
+                Decision::Rejected(answer) => (answer, None),
+                Decision::Won(r) => {
+                    // Holder first, then the stock its win left (see guard::soldout).
+                    cell.signal.add_holder(&r.user_id);
+                    cell.publish(&inner);
+                    (r.answer(kind), Some(r))
+                }
+            };
+            if reservation.is_none() && key.is_none() {
+                return Ok(answer);
+            }
+            let mut writes = Vec::with_capacity(2);
+            if let Some(r) = &reservation {
+                writes.push(LedgerWrite::Order(Order {
+                    order_id: r.order_id.clone(),
+                    campaign_id: id.to_owned(),
+                    user_id: r.user_id.clone(),
+                    qty: r.qty,
+                    codes: (kind == Kind::Codes).then(|| r.codes.clone()),
+                    state: OrderState::Active,
+                    created_at: r.created_at,
+                    cancelled_at: None,
+                }));
+            }
+            let (tx, rx) = watch::channel(None);
+            let idem = key.map(|k| (req.user_id.clone(), k.as_str().to_owned()));
+            if let Some((user, k)) = &idem {
+                writes.push(LedgerWrite::Idem(IdemRecord {
+                    campaign_id: id.to_owned(),
+                    user_id: user.clone(),
+                    key: k.clone(),
+                    answer: answer.clone(),
+                    created_at: now,
+                }));
+                inner
+                    .idem
+                    .insert(user.clone(), k.clone(), Slot::Pending(rx.clone()));
+            }
+            let on_commit = {
+                let cell = cell.clone();
+                let reservation = reservation.clone();
+                let idem = idem.clone();
+                let answer = answer.clone();
+                move |result: Result<(), CommitError>| {
+                    let mut inner = cell.inner.lock();
+                    settle(
+                        &cell,
+                        &mut inner,
+                        result.is_ok(),
+                        reservation.as_ref(),
+                        idem,
+                        &answer,
+                        now,
+                    );
+                    let _ = tx.send(Some(result.map(|()| answer).map_err(|e| e.to_string())));
+                }
+            };
+            if let Err(e) = self.commit.submit(writes, on_commit) {
+                settle(
+                    &cell,
+                    &mut inner,
+                    false,
+                    reservation.as_ref(),
+                    idem,
+                    &answer,
+                    now,
+                );
+                return Err(commit_failed(e));
+            }
+            rx
+        };
+        idempotency::wait(rx).await
+    }
+}
+
+/// Makes a decision final (commit succeeded) or undoes it (commit failed).
+fn settle(
+    cell: &Cell,
+    inner: &mut Inner,
+    committed: bool,
+    reservation: Option<&Reservation>,
+    idem: Option<(String, String)>,
+    answer: &ClaimAnswer,
+    at: chrono::DateTime<Utc>,
+) {
+    if committed {
+        if let Some((user, key)) = idem {
+            inner.idem.insert(user, key, Slot::Done(answer.clone(), at));
+        }
+        return;
+    }
+    if let Some(r) = reservation {
+        inner.state.release(&r.user_id, r.qty, &r.codes);
+        cell.publish(inner);
+    }
+    if let Some((user, key)) = idem {
+        inner.idem.remove(&user, &key);
+    }
+}
