@@ -1,5 +1,7 @@
 //! The `seckill` command line: one subcommand per module.
 
+mod baseline;
+mod bench;
 mod demo;
 mod serve;
 
@@ -27,6 +29,11 @@ enum Command {
     /// Run seed 000's scenario (10 coupons, 100 users, 20 at a time) against an in-process
     /// server and check its outcome.
     Demo(demo::DemoOpts),
+    /// Storm a running deployment, report throughput and latency, verify every invariant.
+    Bench(Box<crate::bench::BenchOpts>),
+    /// Serve a trivial handler: the HTTP ceiling `scripts/bench.sh` compares seckill with.
+    #[command(hide = true)]
+    Baseline(baseline::BaselineOpts),
 }
 
 /// Entry point of the binary.
@@ -37,7 +44,13 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|| Command::Serve(crate::config::ServeConfig::parse_default()));
     let json_logs = matches!(&command, Command::Serve(c) if c.log_json);
     crate::telemetry::init(json_logs);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Bench(opts) = &command {
+        if let Some(n) = opts.threads {
+            builder.worker_threads(n.max(1));
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
@@ -48,6 +61,8 @@ pub fn main() -> ExitCode {
         match command {
             Command::Serve(cfg) => serve::run(cfg).await,
             Command::Demo(opts) => demo::run(opts).await,
+            Command::Bench(opts) => bench::run(*opts).await,
+            Command::Baseline(opts) => baseline::run(opts).await,
         }
     });
     match result {

@@ -1,0 +1,314 @@
+//! `seckill bench`: storm a running deployment like a real sale, report speed like `ab`/`oha`,
+//! then prove nothing went wrong.
+//!
+//! The seeds judge a flash sale with `ab -c 20 -n 100` and a look at two log files; that says
+//! nothing about oversell, lost orders or tail latency. A run here has four phases, each in its
+//! own module:
+//!
+//! 1. **setup** — create a campaign from the [`scenario`] preset (or target an existing one),
+//!    and for `soldout` claim the whole stock first;
+//! 2. **storm** — C keep-alive connections ([`conn`]) fire claims from N simulated users
+//!    ([`users`]), closed-loop or at a fixed rate, while admin [`events`] fire ([`storm`]);
+//! 3. **drain + verify** — wait until the ledger stops changing ([`drain`]), read back the
+//!    campaign and every order through the API and check every invariant ([`verify`]);
+//! 4. **report** — text or JSON ([`report`]); the exit status fails on any violation.
+//!
+//! The bench talks HTTP only, so it measures and verifies any deployment the same way.
+
+pub mod conn;
+pub mod drain;
+pub mod events;
+pub mod opts;
+pub mod report;
+pub mod scenario;
+pub mod storm;
+pub mod users;
+pub mod verify;
+
+use std::collections::HashSet;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use serde_json::json;
+
+pub use opts::{BenchOpts, Pick, Progress, QtyRange, ScenarioName};
+pub use report::BenchReport;
+pub use storm::{Keyed, Win};
+pub use verify::{Evidence, Invariant, Violation};
+
+use crate::client::Client;
+use crate::domain::{ClaimAnswer, Kind, OrderState, Outcome};
+use conn::{Conn, Endpoint};
+use events::Action;
+use scenario::{Plan, Supply, Target};
+use storm::{Live, StormConfig};
+
+/// Runs one bench: setup, storm, drain, verify. The caller prints the report.
+pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
+    let plan = Plan::resolve(opts)?;
+    let verify = !opts.no_verify;
+    let needs_token = verify || !plan.events.is_empty() || opts.campaign.is_none();
+    let token = opts.admin_token.clone().unwrap_or_default();
+    anyhow::ensure!(
+        !needs_token || !token.is_empty(),
+        "--admin-token (or SECKILL_ADMIN_TOKEN) is needed to create the campaign, fire events \
+         and read orders back"
+    );
+    let client = Client::new(&opts.url, &token);
+    let endpoint = Endpoint::resolve(&opts.url).await?;
+
+    let (campaign, kind, preexisting) = setup(&client, &plan, verify).await?;
+    let claim_path = endpoint.path(&format!("/v1/campaigns/{campaign}/claims"));
+    let (mut wins, presold, presell_sold_out) = if plan.presell {
+        presell(&endpoint, &claim_path, plan.timeout).await?
+    } else {
+        (Vec::new(), 0, false)
+    };
+
+    let keep_wins = plan
+        .events
+        .iter()
+        .any(|e| matches!(e.action, Action::Cancel(_)));
+    let live = Live::new(keep_wins);
+    let cfg = StormConfig {
+        claim_path,
+        shots: users::Shots::new(&plan),
+        connections: plan.connections,
+        stop: plan.stop,
+        rate: plan.rate,
+        timeout: plan.timeout,
+        keep_keyed: plan.idempotency,
+    };
+    let cpu_before = cpu_seconds();
+    let events_task = tokio::spawn(events::run(
+        plan.events.clone(),
+        client.clone(),
+        campaign.clone(),
+        kind == Kind::Codes,
+        plan.stop,
+        live.clone(),
+    ));
+    let show_progress = match opts.progress {
+        Progress::Always => true,
+        Progress::Never => false,
+        Progress::Auto => std::io::stderr().is_terminal(),
+    };
+    let progress_task = show_progress.then(|| tokio::spawn(progress(live.clone())));
+    let mut result = storm::run(cfg, endpoint, live.clone()).await;
+    let cpu = cpu_before
+        .zip(cpu_seconds())
+        .map(|(a, b)| 100.0 * (b - a) / result.elapsed.as_secs_f64().max(1e-9));
+    let events = events_task.await.context("the event task panicked")?;
+    if let Some(p) = progress_task {
+        let _ = p.await;
+    }
+
+    let tally = &mut result.tally;
+    let last_supply_change = events
+        .iter()
+        .filter(|e| e.spec.action.adds_supply())
+        .filter_map(|e| e.done_at)
+        .max();
+    let sold_out_seen = match (tally.last_sold_out_sent, last_supply_change) {
+        (Some(sent), Some(change)) => sent > change,
+        (Some(_), None) => true,
+        (None, None) => presell_sold_out,
+        (None, Some(_)) => false,
+    };
+    wins.append(&mut tally.wins);
+    let verification = if verify {
+        let drained = drain::wait(
+            &client,
+            &campaign,
+            &wins,
+            opts.drain_timeout,
+            opts.drain_interval,
+        )
+        .await?;
+        let cancelled: HashSet<String> = events
+            .iter()
+            .flat_map(|e| e.cancelled.iter().cloned())
+            .collect();
+        let violations = verify::check(&Evidence {
+            view: &drained.view,
+            orders: &drained.orders,
+            preexisting: &preexisting,
+            wins: &wins,
+            keyed: &tally.keyed,
+            unanswered: tally.transport_errors,
+            exclusive: opts.campaign.is_none(),
+            sold_out_seen,
+            cancelled_by_bench: &cancelled,
+        });
+        Some(report::Verification {
+            drained: drained.settled,
+            drain_seconds: drained.waited.as_secs_f64(),
+            ledger_reads: drained.reads,
+            orders: drained.orders.len(),
+            active_units: drained
+                .orders
+                .iter()
+                .filter(|o| o.state == OrderState::Active)
+                .map(|o| o.qty)
+                .sum(),
+            total: drained.view.total,
+            remaining: drained.view.remaining,
+            under_sell_checked: sold_out_seen,
+            violations,
+        })
+    } else {
+        None
+    };
+
+    let secs = result.elapsed.as_secs_f64().max(1e-9);
+    let processed: u64 = tally.outcomes.values().sum();
+    let corrected = storm::corrected(tally, result.elapsed, plan.connections, plan.rate.is_some());
+    Ok(BenchReport {
+        url: opts.url.clone(),
+        campaign,
+        presold,
+        requests: tally.requests(),
+        seconds: secs,
+        requests_per_second: tally.requests() as f64 / secs,
+        claims_per_second: processed as f64 / secs,
+        latency_ms: report::Latency::of(&corrected),
+        latency_uncorrected_ms: report::Latency::of(&tally.latency),
+        outcomes: tally
+            .outcomes
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        non_2xx: tally.refused.clone(),
+        bad_bodies: tally.bad_bodies,
+        transport_errors: tally.transport_errors,
+        connects: tally.connects,
+        generator_cpu_percent: cpu,
+        events,
+        verification,
+        plan,
+    })
+}
+
+/// Creates the run's campaign, or reads the existing one (and its orders, to leave them out).
+async fn setup(
+    client: &Client,
+    plan: &Plan,
+    verify: bool,
+) -> anyhow::Result<(String, Kind, HashSet<String>)> {
+    match &plan.target {
+        Target::Create {
+            supply,
+            per_user_limit,
+        } => {
+            let id = format!(
+                "bench-{}-{}",
+                plan.scenario.as_str(),
+                hex::encode(rand::random::<[u8; 4]>())
+            );
+            let mut spec = json!({"id": id, "per_user_limit": per_user_limit});
+            match supply {
+                Supply::Stock(n) => spec["stock"] = json!(n),
+                Supply::Codes(n) => {
+                    let codes: Vec<String> = (1..=*n).map(|i| format!("P-{i:07}")).collect();
+                    spec["codes"] = json!(codes);
+                }
+            }
+            let view = client
+                .create_campaign(&spec)
+                .await
+                .context("creating the bench campaign")?;
+            Ok((id, view.kind, HashSet::new()))
+        }
+        Target::Existing { id } => {
+            let view = client.campaign(id).await?;
+            let before = if verify {
+                client.all_orders(id).await?
+            } else {
+                Vec::new()
+            };
+            Ok((
+                id.clone(),
+                view.kind,
+                before.into_iter().map(|o| o.order_id).collect(),
+            ))
+        }
+    }
+}
+
+/// Claims the whole stock, one unit per user, before the storm; returns the wins, the claims
+/// sent and whether it ended on a `sold_out`.
+async fn presell(
+    endpoint: &Endpoint,
+    path: &str,
+    timeout: Duration,
+) -> anyhow::Result<(Vec<Win>, u64, bool)> {
+    let mut conn = Conn::new(endpoint.clone());
+    let mut wins = Vec::new();
+    const MOST: u64 = 1_000_000;
+    for i in 1..=MOST + 1 {
+        let user = format!("presell-{i}");
+        let body = Bytes::from(format!(r#"{{"user_id":"{user}","qty":1}}"#));
+        let resp = conn.post_json(path, body, None, timeout).await?;
+        anyhow::ensure!(
+            resp.status == hyper::StatusCode::OK,
+            "presell claim answered {}",
+            resp.status
+        );
+        let a: ClaimAnswer = serde_json::from_slice(&resp.body)?;
+        match a.outcome {
+            Outcome::Won => wins.push(Win {
+                user,
+                order_id: a.order_id.unwrap_or_default(),
+                qty: a.qty.unwrap_or(0),
+                codes: a.codes,
+                key: None,
+            }),
+            other => return Ok((wins, i, other == Outcome::SoldOut)),
+        }
+    }
+    anyhow::bail!("presell won more than {MOST} claims; use a smaller --stock with soldout")
+}
+
+/// One progress line a second on stderr until the storm finishes.
+async fn progress(live: Arc<Live>) {
+    let tty = std::io::stderr().is_terminal();
+    let mut last = 0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    while !live.finished.load(Ordering::Acquire) {
+        tick.tick().await;
+        let done = live.done.load(Ordering::Relaxed);
+        let line = format!(
+            "[{:>6.1}s] {done} requests, {}/s, won {}, errors {}",
+            live.started.elapsed().as_secs_f64(),
+            done - last,
+            live.won.load(Ordering::Relaxed),
+            live.errors.load(Ordering::Relaxed)
+        );
+        last = done;
+        let mut err = std::io::stderr().lock();
+        let _ = if tty {
+            write!(err, "\r{line}\x1b[K")
+        } else {
+            writeln!(err, "{line}")
+        };
+    }
+    if tty {
+        let _ = writeln!(std::io::stderr());
+    }
+}
+
+/// CPU seconds this process used so far (user + system), from /proc on Linux.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux the project targets.
+    Some(ticks as f64 / 100.0)
+}
