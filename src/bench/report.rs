@@ -201,7 +201,7 @@ impl BenchReport {
         if v.violations.is_empty() {
             return writeln!(out, "OK: every invariant holds");
         }
-        writeln!(out, "FAILED: {} violations", v.violations.len())?;
+        writeln!(out, "FAILED: {} violation(s)", v.violations.len())?;
         for x in &v.violations {
             writeln!(
                 out,

@@ -2,6 +2,8 @@
 //! temp dirs, real server processes for the crash tests.
 
 mod bad_input;
+mod bench_run;
+mod bench_verify;
 mod conformance;
 mod crash;
 mod helpers;
