@@ -58,13 +58,18 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         "--admin-token (or SECKILL_ADMIN_TOKEN) is needed to create the campaign, fire events \
          and read orders back"
     );
-    let client = Client::new(&opts.url, &token);
-    let endpoint = Endpoint::resolve(&opts.url).await?;
+    // Claims go to every listed instance; admin calls and reads to the first.
+    let urls: Vec<&str> = opts.url.split(',').map(str::trim).collect();
+    let client = Client::new(urls[0], &token);
+    let mut endpoints = Vec::with_capacity(urls.len());
+    for u in &urls {
+        endpoints.push(Endpoint::resolve(u).await?);
+    }
 
     let (campaign, kind, preexisting) = setup(&client, &plan, verify).await?;
-    let claim_path = endpoint.path(&format!("/v1/campaigns/{campaign}/claims"));
+    let claim_path = format!("/v1/campaigns/{campaign}/claims");
     let (mut wins, presold, presell_sold_out) = if plan.presell {
-        presell(&endpoint, &claim_path, plan.timeout).await?
+        presell(&endpoints[0], &claim_path, plan.timeout).await?
     } else {
         (Vec::new(), 0, false)
     };
@@ -98,7 +103,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         Progress::Auto => std::io::stderr().is_terminal(),
     };
     let progress_task = show_progress.then(|| tokio::spawn(progress(live.clone())));
-    let mut result = storm::run(cfg, endpoint, live.clone()).await;
+    let mut result = storm::run(cfg, &endpoints, live.clone()).await;
     let cpu = cpu_before
         .zip(cpu_seconds())
         .map(|(a, b)| 100.0 * (b - a) / result.elapsed.as_secs_f64().max(1e-9));
@@ -246,13 +251,14 @@ async fn presell(
     path: &str,
     timeout: Duration,
 ) -> anyhow::Result<(Vec<Win>, u64, bool)> {
+    let path = endpoint.path(path);
     let mut conn = Conn::new(endpoint.clone());
     let mut wins = Vec::new();
     const MOST: u64 = 1_000_000;
     for i in 1..=MOST + 1 {
         let user = format!("presell-{i}");
         let body = Bytes::from(format!(r#"{{"user_id":"{user}","qty":1}}"#));
-        let resp = conn.post_json(path, body, None, timeout).await?;
+        let resp = conn.post_json(&path, body, None, timeout).await?;
         anyhow::ensure!(
             resp.status == hyper::StatusCode::OK,
             "presell claim answered {}",

@@ -110,7 +110,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchOpts {
-    /// Base URL of the running deployment.
+    /// Base URL of the running deployment; several instances of one deployment as a
+    /// comma-separated list (claims spread over all, admin calls and reads go to the first).
     #[arg(long, env = "SECKILL_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
 

@@ -148,6 +148,7 @@ impl Live {
 /// How the storm runs.
 #[derive(Debug, Clone)]
 pub struct StormConfig {
+    /// Path of the claim route, below each endpoint's base path.
     pub claim_path: String,
     pub shots: Shots,
     pub connections: usize,
@@ -162,14 +163,16 @@ pub struct StormResult {
     pub elapsed: Duration,
 }
 
-/// Fires the storm; returns once every worker has stopped.
-pub async fn run(cfg: StormConfig, endpoint: Endpoint, live: Arc<Live>) -> StormResult {
+/// Fires the storm, spreading the connections round-robin over `endpoints` (instances of one
+/// deployment); returns once every worker has stopped.
+pub async fn run(cfg: StormConfig, endpoints: &[Endpoint], live: Arc<Live>) -> StormResult {
     let cfg = Arc::new(cfg);
     let workers: Vec<_> = (0..cfg.connections)
-        .map(|_| {
+        .map(|i| {
             let (cfg, live) = (cfg.clone(), live.clone());
-            let conn = Conn::new(endpoint.clone());
-            tokio::spawn(worker(cfg, conn, live))
+            let endpoint = endpoints[i % endpoints.len()].clone();
+            let path = endpoint.path(&cfg.claim_path);
+            tokio::spawn(worker(cfg, Conn::new(endpoint), path, live))
         })
         .collect();
     let mut tally = Tally::new();
@@ -186,7 +189,7 @@ pub async fn run(cfg: StormConfig, endpoint: Endpoint, live: Arc<Live>) -> Storm
     }
 }
 
-async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, live: Arc<Live>) -> Tally {
+async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<Live>) -> Tally {
     let mut t = Tally::new();
     let deadline = match cfg.stop {
         Stop::Duration(d) => Some(live.started + d),
@@ -217,7 +220,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, live: Arc<Live>) -> Tally
         ));
         let sent = Instant::now();
         let reply = conn
-            .post_json(&cfg.claim_path, body, shot.key.as_deref(), cfg.timeout)
+            .post_json(&path, body, shot.key.as_deref(), cfg.timeout)
             .await;
         let latency = scheduled.unwrap_or(sent).elapsed();
         live.done.fetch_add(1, Ordering::Relaxed);

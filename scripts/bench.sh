@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# seckill's benchmark suite: one run, one machine, every row measured against ceilings taken in
+# the same run, written to docs/BENCHMARKS.md.
+#
+# Rows: the HTTP ceiling (a trivial axum handler, `seckill baseline`), the Redis ceiling
+# (redis-benchmark EVALSHA of scripts/bench/claim.lua, 50 clients, no pipelining), seckill
+# embedded (hot / soldout / seed002), seckill on Redis with one and two instances (only when the
+# binary supports `serve --redis`), wrk cross-checks, and criterion's claim-step benches.
+#
+# Server and generator are pinned to different cores (BENCH_SERVER_CPU, BENCH_GEN_CPU) so the
+# two share the machine the same way in every row; ratios are what to compare across machines.
+#
+# Usage: scripts/bench.sh                       (defaults: 10s per row, 128 connections)
+#        BENCH_DURATION=5s BENCH_CRITERION=0 scripts/bench.sh
+#        BENCH_OUT=/tmp/b.md scripts/bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${BENCH_DURATION:-10s}
+CONNS=${BENCH_CONNECTIONS:-128}
+SERVER_CPU=${BENCH_SERVER_CPU:-1}
+GEN_CPU=${BENCH_GEN_CPU:-0}
+CRITERION=${BENCH_CRITERION:-1}
+OUT=${BENCH_OUT:-docs/BENCHMARKS.md}
+TOKEN=bench-$RANDOM$RANDOM
+
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-benchmark >/dev/null || need+=(redis-tools)
+command -v taskset >/dev/null || need+=(util-linux)
+command -v python3 >/dev/null || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing benchmark tools: ${need[*]}"
+    if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo build --release --quiet
+if [ "$CRITERION" = 1 ]; then cargo bench --quiet --bench claim_step --no-run 2>/dev/null; fi
+BIN=$PWD/target/release/seckill
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+echo "work dir $WORK; server on CPU $SERVER_CPU, generator on CPU $GEN_CPU"
+UPTIME_BEFORE=$(uptime)
+
+# start NAME CMD...: runs CMD pinned to the server core, waits for its "listening on" log line
+# and sets URL and PID.
+start() {
+    local name=$1; shift
+    taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.out" 2>"$WORK/$name.log" &
+    PID=$!
+    PIDS+=("$PID")
+    for _ in $(seq 200); do
+        URL=$(grep -o 'listening on http://[0-9.:]*' "$WORK/$name.log" | head -1 | sed 's/listening on //') || true
+        [ -n "$URL" ] && return 0
+        sleep 0.05
+    done
+    echo "$name did not start:"; cat "$WORK/$name.log"; exit 1
+}
+stop() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# bench ROW ARGS...: `seckill bench` pinned to the generator core, JSON kept as $WORK/ROW.json.
+bench() {
+    local row=$1; shift
+    echo "== $row: seckill bench $*"
+    echo "seckill bench $*" >"$WORK/$row.cmd"
+    local rc=0
+    taskset -c "$GEN_CPU" "$BIN" bench --threads 1 --json --progress never \
+        --admin-token "$TOKEN" "$@" >"$WORK/$row.json" 2>"$WORK/$row.err" || rc=$?
+    echo "$rc" >"$WORK/$row.rc"
+    python3 - "$WORK/$row.json" <<'EOF' || cat "$WORK/$row.err"
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = r.get("verification")
+print(f"   {r['claims_per_second']:.0f} claims/s  p50 {r['latency_ms']['p50']:.2f} ms  "
+      f"p99 {r['latency_ms']['p99']:.2f} ms  "
+      + ("unverified" if v is None else f"violations {len(v['violations'])}"))
+EOF
+}
+
+# wrk_row ROW URL: wrk, one thread, $CONNS connections, POSTing claims of distinct users.
+wrk_row() {
+    local row=$1 url=$2
+    echo "== $row: wrk -t1 -c$CONNS -d$DURATION $url"
+    echo "wrk -t1 -c$CONNS -d$DURATION --latency -s scripts/bench/wrk-claims.lua $url" >"$WORK/$row.cmd"
+    taskset -c "$GEN_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
+        -s scripts/bench/wrk-claims.lua "$url" >"$WORK/$row.wrk"
+    grep -E 'Requests/sec|50%|99%' "$WORK/$row.wrk" | sed 's/^/   /'
+}
+
+skip() { echo "$2" >"$WORK/$1.skip"; echo "== $1: $2"; }
+
+# --- HTTP ceiling: the trivial handler --------------------------------------------------------
+start baseline "$BIN" baseline --listen 127.0.0.1:0
+bench http_ceiling --url "$URL" --campaign ceiling --no-verify --scenario hot -z "$DURATION" -c "$CONNS"
+wrk_row http_ceiling_wrk "$URL/v1/campaigns/ceiling/claims"
+stop "$PID"
+
+# --- Redis ceiling: redis-benchmark EVALSHA, 50 clients, no pipelining -------------------------
+RPORT=$((20000 + RANDOM % 20000))
+taskset -c "$SERVER_CPU" redis-server --port "$RPORT" --save "" --appendonly no \
+    >"$WORK/redis.log" 2>&1 &
+RPID=$!; PIDS+=("$RPID")
+for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat scripts/bench/claim.lua)")
+redis-cli -p "$RPORT" HSET '{c:bench}:meta' status active remaining 1000000000 limit 1 >/dev/null
+RB_N=${BENCH_REDIS_REQUESTS:-300000}
+RB_CMD="redis-benchmark -p $RPORT -c 50 -P 1 -n $RB_N -r 1000000000 --csv EVALSHA $SHA 4 {c:bench}:meta {c:bench}:users {c:bench}:seq {c:bench}:orders u__rand_int__ 1"
+echo "== redis_ceiling: $RB_CMD"
+echo "$RB_CMD" >"$WORK/redis_ceiling.cmd"
+# shellcheck disable=SC2086
+taskset -c "$GEN_CPU" $RB_CMD >"$WORK/redis_ceiling.csv"
+tail -1 "$WORK/redis_ceiling.csv" | sed 's/^/   /'
+redis-cli -p "$RPORT" EVALSHA "$SHA" 4 '{c:bench}:meta' '{c:bench}:users' '{c:bench}:seq' '{c:bench}:orders' check 1 \
+    >"$WORK/redis_ceiling.check"
+stop "$RPID"
+
+# --- seckill embedded ---------------------------------------------------------------------------
+for sync in full normal; do
+    start "embedded_$sync" "$BIN" serve --listen 127.0.0.1:0 --data "$WORK/data-$sync" \
+        --admin-token "$TOKEN" --sync "$sync"
+    bench "embedded_${sync}_hot" --url "$URL" --scenario hot -z "$DURATION" -c "$CONNS"
+    if [ "$sync" = full ]; then
+        bench embedded_full_soldout --url "$URL" --scenario soldout -z "$DURATION" -c "$CONNS"
+        bench embedded_full_seed002 --url "$URL" --scenario seed002
+        HOT=$(curl -s -XPOST "$URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
+            -H 'content-type: application/json' \
+            -d '{"id":"wrk-hot","stock":1000000000,"per_user_limit":1}' >/dev/null && echo wrk-hot)
+        wrk_row embedded_full_hot_wrk "$URL/v1/campaigns/$HOT/claims"
+    fi
+    stop "$PID"
+done
+
+# --- seckill on Redis: one and two instances ------------------------------------------------------
+if "$BIN" serve --help 2>/dev/null | grep -q -- '--redis'; then
+    RPORT=$((20000 + RANDOM % 20000))
+    taskset -c "$SERVER_CPU" redis-server --port "$RPORT" --save "" --appendonly no \
+        >"$WORK/redis2.log" 2>&1 &
+    RPID=$!; PIDS+=("$RPID")
+    for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    DB=seckill_bench_$RANDOM$RANDOM
+    PG=${BENCH_POSTGRES_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}
+    psql "$PG" -qc "CREATE DATABASE $DB" >/dev/null
+    PGURL="${PG%/*}/$DB"
+    start redis_1 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
+        --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
+    URL1=$URL; P1=$PID
+    bench redis_1_hot --url "$URL1" --scenario hot -z "$DURATION" -c "$CONNS"
+    bench redis_1_seed002 --url "$URL1" --scenario seed002
+    start redis_2 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
+        --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
+    bench redis_2_hot --url "$URL1,$URL" --scenario hot -z "$DURATION" -c "$CONNS"
+    bench redis_2_seed002 --url "$URL1,$URL" --scenario seed002
+    stop "$PID"; stop "$P1"; stop "$RPID"
+    psql "$PG" -qc "DROP DATABASE $DB" >/dev/null || true
+else
+    for r in redis_1_hot redis_1_seed002 redis_2_hot redis_2_seed002; do
+        skip "$r" "skipped: this seckill binary is not built with scale-out (serve has no --redis)"
+    done
+fi
+
+# --- criterion: the claim step --------------------------------------------------------------------
+if [ "$CRITERION" = 1 ]; then
+    echo "== criterion: cargo bench --bench claim_step"
+    taskset -c "$SERVER_CPU" cargo bench --quiet --bench claim_step 2>/dev/null \
+        | tee "$WORK/criterion.txt" | grep -E 'time:|thrpt:' || true
+fi
+
+UPTIME_AFTER=$(uptime)
+python3 scripts/bench/report.py "$WORK" "$OUT" \
+    "$UPTIME_BEFORE" "$UPTIME_AFTER" "$DURATION" "$CONNS" "$SERVER_CPU" "$GEN_CPU"
+echo "wrote $OUT"
