@@ -67,14 +67,28 @@ start() {
 }
 stop() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
+# CPU seconds (user + system) the server process $SERVER has used so far. Its per-claim CPU is
+# the figure contention from other processes disturbs least.
+SERVER=
+server_cpu() {
+    local ticks
+    if [ -n "$SERVER" ] && ticks=$(awk '{print $14 + $15}' "/proc/$SERVER/stat" 2>/dev/null); then
+        python3 -c "print($ticks / $(getconf CLK_TCK))"
+    else
+        echo ""
+    fi
+}
+
 # bench ROW ARGS...: `seckill bench` pinned to the generator core, JSON kept as $WORK/ROW.json.
 bench() {
     local row=$1; shift
     echo "== $row: seckill bench $*"
     echo "seckill bench $*" >"$WORK/$row.cmd"
-    local rc=0
+    local rc=0 before
+    before=$(server_cpu)
     taskset -c "$GEN_CPU" "$BIN" bench --threads 1 --json --progress never \
         --admin-token "$TOKEN" "$@" >"$WORK/$row.json" 2>"$WORK/$row.err" || rc=$?
+    echo "$before $(server_cpu)" >"$WORK/$row.cpu"
     echo "$rc" >"$WORK/$row.rc"
     python3 - "$WORK/$row.json" <<'EOF' || cat "$WORK/$row.err"
 import json, sys
@@ -91,8 +105,11 @@ wrk_row() {
     local row=$1 url=$2
     echo "== $row: wrk -t1 -c$CONNS -d$DURATION $url"
     echo "wrk -t1 -c$CONNS -d$DURATION --latency -s scripts/bench/wrk-claims.lua $url" >"$WORK/$row.cmd"
+    local before
+    before=$(server_cpu)
     taskset -c "$GEN_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
         -s scripts/bench/wrk-claims.lua "$url" >"$WORK/$row.wrk"
+    echo "$before $(server_cpu)" >"$WORK/$row.cpu"
     grep -E 'Requests/sec|50%|99%' "$WORK/$row.wrk" | sed 's/^/   /'
 }
 
@@ -100,6 +117,7 @@ skip() { echo "$2" >"$WORK/$1.skip"; echo "== $1: $2"; }
 
 # --- HTTP ceiling: the trivial handler --------------------------------------------------------
 start baseline "$BIN" baseline --listen 127.0.0.1:0
+SERVER=$PID
 bench http_ceiling --url "$URL" --campaign ceiling --no-verify --scenario hot -z "$DURATION" -c "$CONNS"
 wrk_row http_ceiling_wrk "$URL/v1/campaigns/ceiling/claims"
 stop "$PID"
@@ -112,12 +130,16 @@ RPID=$!; PIDS+=("$RPID")
 for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat scripts/bench/claim.lua)")
 redis-cli -p "$RPORT" HSET '{c:bench}:meta' status active remaining 1000000000 limit 1 >/dev/null
-RB_N=${BENCH_REDIS_REQUESTS:-300000}
+export BENCH_REDIS_REQUESTS=${BENCH_REDIS_REQUESTS:-300000}
+RB_N=$BENCH_REDIS_REQUESTS
 RB_CMD="redis-benchmark -p $RPORT -c 50 -P 1 -n $RB_N -r 1000000000 --csv EVALSHA $SHA 4 {c:bench}:meta {c:bench}:users {c:bench}:seq {c:bench}:orders u__rand_int__ 1"
 echo "== redis_ceiling: $RB_CMD"
 echo "$RB_CMD" >"$WORK/redis_ceiling.cmd"
+SERVER=$RPID
+before=$(server_cpu)
 # shellcheck disable=SC2086
 taskset -c "$GEN_CPU" $RB_CMD >"$WORK/redis_ceiling.csv"
+echo "$before $(server_cpu)" >"$WORK/redis_ceiling.cpu"
 tail -1 "$WORK/redis_ceiling.csv" | sed 's/^/   /'
 redis-cli -p "$RPORT" EVALSHA "$SHA" 4 '{c:bench}:meta' '{c:bench}:users' '{c:bench}:seq' '{c:bench}:orders' check 1 \
     >"$WORK/redis_ceiling.check"
@@ -127,6 +149,7 @@ stop "$RPID"
 for sync in full normal; do
     start "embedded_$sync" "$BIN" serve --listen 127.0.0.1:0 --data "$WORK/data-$sync" \
         --admin-token "$TOKEN" --sync "$sync"
+    SERVER=$PID
     bench "embedded_${sync}_hot" --url "$URL" --scenario hot -z "$DURATION" -c "$CONNS"
     if [ "$sync" = full ]; then
         bench embedded_full_soldout --url "$URL" --scenario soldout -z "$DURATION" -c "$CONNS"
@@ -152,11 +175,12 @@ if "$BIN" serve --help 2>/dev/null | grep -q -- '--redis'; then
     PGURL="${PG%/*}/$DB"
     start redis_1 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
-    URL1=$URL; P1=$PID
+    URL1=$URL; P1=$PID; SERVER=$PID
     bench redis_1_hot --url "$URL1" --scenario hot -z "$DURATION" -c "$CONNS"
     bench redis_1_seed002 --url "$URL1" --scenario seed002
     start redis_2 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
+    SERVER=
     bench redis_2_hot --url "$URL1,$URL" --scenario hot -z "$DURATION" -c "$CONNS"
     bench redis_2_seed002 --url "$URL1,$URL" --scenario seed002
     stop "$PID"; stop "$P1"; stop "$RPID"

@@ -51,8 +51,25 @@ def wrk_ms(text, label):
     return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
 
 
+def server_seconds(row):
+    """CPU seconds the server used during the row, if measured."""
+    parts = (read(f"{row}.cpu") or "").split()
+    return float(parts[1]) - float(parts[0]) if len(parts) == 2 else None
+
+
+def with_cpu(row, r):
+    cpu, n = server_seconds(row), r.get("requests")
+    r["us_per_claim"] = cpu * 1e6 / n if cpu is not None and n else None
+    return r
+
+
 def load(row):
-    """claims/s, p50, p99 (ms), verified text, generator CPU %, note."""
+    r, why = load_raw(row)
+    return (with_cpu(row, r), None) if r is not None else (None, why)
+
+
+def load_raw(row):
+    """claims/s, p50, p99 (ms), verified text, generator CPU %, requests, or why not."""
     skip = read(f"{row}.skip")
     if skip:
         return None, skip.strip()
@@ -79,10 +96,11 @@ def load(row):
     if wrk is not None:
         m = re.search(r"Requests/sec:\s+([\d.]+)", wrk)
         errs = re.search(r"Non-2xx or 3xx responses: (\d+)", wrk)
+        n = re.search(r"(\d+) requests in", wrk)
         return dict(
             cps=float(m.group(1)) if m else None, p50=wrk_ms(wrk, "50%"), p99=wrk_ms(wrk, "99%"),
             verified="not verified (wrk)", cpu=None, errors=int(errs.group(1)) if errs else 0,
-            requests=None, secs=None,
+            requests=int(n.group(1)) if n else None, secs=None,
         ), None
     rb = read(f"{row}.csv")
     if rb is not None:
@@ -94,7 +112,7 @@ def load(row):
         return dict(
             cps=float(x["rps"]), p50=float(x["p50_latency_ms"]), p99=float(x["p99_latency_ms"]),
             verified="script answered " + (check[0] if check else "?"), cpu=None, errors=0,
-            requests=None, secs=None,
+            requests=int(os.environ.get("BENCH_REDIS_REQUESTS", "300000")), secs=None,
         ), None
     return None, "did not run"
 
@@ -153,21 +171,23 @@ w("runs by tens of percent; the ratios of rows measured minutes apart move less.
 w("")
 w("## Results")
 w("")
-w("| row | generator | claims/s | p50 ms | p99 ms | gen CPU | errors | verification |")
-w("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+w("| row | generator | claims/s | p50 ms | p99 ms | server CPU µs/claim | gen CPU | errors | verification |")
+w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for row, label, gen in ROWS:
     r, why = results[row]
     if r is None:
-        w(f"| {label} | {gen} | {why} | | | | | |")
+        w(f"| {label} | {gen} | {why} | | | | | | |")
         continue
     cpu = "—" if r["cpu"] is None else f"{r['cpu']:.0f}%"
-    w(f"| {label} | {gen} | {fmt(r['cps'])} | {fmt(r['p50'], 2)} | {fmt(r['p99'], 2)} | {cpu} | "
-      f"{r['errors']} | {r['verified']} |")
+    w(f"| {label} | {gen} | {fmt(r['cps'])} | {fmt(r['p50'], 2)} | {fmt(r['p99'], 2)} | "
+      f"{fmt(r['us_per_claim'], 1)} | {cpu} | {r['errors']} | {r['verified']} |")
 w("")
 w("`seckill bench` latency is corrected for coordinated omission (closed loop, HdrHistogram")
 w("correction with the per-connection mean interval); wrk's and redis-benchmark's are not.")
-w("`gen CPU` is the generator's CPU in % of its one core: near 100% means the generator, not the")
-w("server, may be the limit of that row.")
+w("`server CPU µs/claim` is the CPU time (user + system, all threads) the server process used")
+w("during the row divided by the requests sent: what one claim costs the server, the figure other")
+w("processes on the machine disturb least. `gen CPU` is the generator's CPU in % of its one core:")
+w("near 100% means the generator, not the server, may be the limit of that row.")
 w("")
 w("## Targets")
 w("")
@@ -183,6 +203,10 @@ def target(name, value, goal, better_low=False, unit="×"):
     w(f"| {name} | {value:.2f}{unit} | {'met' if ok else '**missed**'} |")
 
 
+target("embedded `hot`: HTTP ceiling's server CPU per claim ÷ seckill's (≥ 0.7 wanted)",
+       ratio(get("http_ceiling", "us_per_claim"), get("embedded_full_hot", "us_per_claim")), 0.7)
+target("embedded `soldout`: HTTP ceiling's server CPU per claim ÷ seckill's (≥ 0.9 wanted)",
+       ratio(get("http_ceiling", "us_per_claim"), get("embedded_full_soldout", "us_per_claim")), 0.9)
 target("embedded `hot` claims/s ≥ 0.7× HTTP ceiling (same generator)",
        ratio(get("embedded_full_hot", "cps"), get("http_ceiling", "cps")), 0.7)
 target("embedded `hot` ≥ 0.7× HTTP ceiling, cross-check with wrk",
