@@ -10,13 +10,17 @@
 # Server and generator are pinned to different cores (BENCH_SERVER_CPU, BENCH_GEN_CPU) so the
 # two share the machine the same way in every row; ratios are what to compare across machines.
 #
-# Usage: scripts/bench.sh                       (defaults: 10s per row, 128 connections)
-#        BENCH_DURATION=5s BENCH_CRITERION=0 scripts/bench.sh
+# The timed rows run in BENCH_ROUNDS interleaved rounds (ceiling, seckill, ceiling, ...) and the
+# report takes medians, so a burst of load from another process skews one round, not a ratio.
+#
+# Usage: scripts/bench.sh                 (defaults: 3 rounds of 5s per row, 128 connections)
+#        BENCH_ROUNDS=5 BENCH_DURATION=10s BENCH_CRITERION=0 scripts/bench.sh
 #        BENCH_OUT=/tmp/b.md scripts/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${BENCH_DURATION:-10s}
+DURATION=${BENCH_DURATION:-5s}
+ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNECTIONS:-128}
 SERVER_CPU=${BENCH_SERVER_CPU:-1}
 GEN_CPU=${BENCH_GEN_CPU:-0}
@@ -82,15 +86,15 @@ server_cpu() {
 # bench ROW ARGS...: `seckill bench` pinned to the generator core, JSON kept as $WORK/ROW.json.
 bench() {
     local row=$1; shift
-    echo "== $row: seckill bench $*"
+    echo "== $row (round $ROUND): seckill bench $*"
     echo "seckill bench $*" >"$WORK/$row.cmd"
-    local rc=0 before
+    local f="$WORK/$row.r$ROUND" rc=0 before
     before=$(server_cpu)
     taskset -c "$GEN_CPU" "$BIN" bench --threads 1 --json --progress never \
-        --admin-token "$TOKEN" "$@" >"$WORK/$row.json" 2>"$WORK/$row.err" || rc=$?
-    echo "$before $(server_cpu)" >"$WORK/$row.cpu"
-    echo "$rc" >"$WORK/$row.rc"
-    python3 - "$WORK/$row.json" <<'EOF' || cat "$WORK/$row.err"
+        --admin-token "$TOKEN" "$@" >"$f.json" 2>"$f.err" || rc=$?
+    echo "$before $(server_cpu)" >"$f.cpu"
+    echo "$rc" >"$f.rc"
+    python3 - "$f.json" <<'EOF' || cat "$f.err"
 import json, sys
 r = json.load(open(sys.argv[1]))
 v = r.get("verification")
@@ -103,26 +107,32 @@ EOF
 # wrk_row ROW URL: wrk, one thread, $CONNS connections, POSTing claims of distinct users.
 wrk_row() {
     local row=$1 url=$2
-    echo "== $row: wrk -t1 -c$CONNS -d$DURATION $url"
+    echo "== $row (round $ROUND): wrk -t1 -c$CONNS -d$DURATION $url"
     echo "wrk -t1 -c$CONNS -d$DURATION --latency -s scripts/bench/wrk-claims.lua $url" >"$WORK/$row.cmd"
-    local before
+    local f="$WORK/$row.r$ROUND" before
     before=$(server_cpu)
     taskset -c "$GEN_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-        -s scripts/bench/wrk-claims.lua "$url" >"$WORK/$row.wrk"
-    echo "$before $(server_cpu)" >"$WORK/$row.cpu"
-    grep -E 'Requests/sec|50%|99%' "$WORK/$row.wrk" | sed 's/^/   /'
+        -s scripts/bench/wrk-claims.lua "$url" >"$f.wrk"
+    echo "$before $(server_cpu)" >"$f.cpu"
+    grep -E 'Requests/sec|50%|99%' "$f.wrk" | tr -s ' \n' ' ' | sed 's/^/   /'; echo
 }
 
 skip() { echo "$2" >"$WORK/$1.skip"; echo "== $1: $2"; }
 
-# --- HTTP ceiling: the trivial handler --------------------------------------------------------
+# --- servers: all started up front, all pinned to the server core; an idle one costs nothing ---
 start baseline "$BIN" baseline --listen 127.0.0.1:0
-SERVER=$PID
-bench http_ceiling --url "$URL" --campaign ceiling --no-verify --scenario hot -z "$DURATION" -c "$CONNS"
-wrk_row http_ceiling_wrk "$URL/v1/campaigns/ceiling/claims"
-stop "$PID"
+BASE_URL=$URL; BASE_PID=$PID
+start embedded_full "$BIN" serve --listen 127.0.0.1:0 --data "$WORK/data-full" \
+    --admin-token "$TOKEN" --sync full
+FULL_URL=$URL; FULL_PID=$PID
+start embedded_normal "$BIN" serve --listen 127.0.0.1:0 --data "$WORK/data-normal" \
+    --admin-token "$TOKEN" --sync normal
+NORMAL_URL=$URL; NORMAL_PID=$PID
+curl -sf -XPOST "$FULL_URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
+    -H 'content-type: application/json' \
+    -d '{"id":"wrk-hot","stock":1000000000,"per_user_limit":1}' >/dev/null
 
-# --- Redis ceiling: redis-benchmark EVALSHA, 50 clients, no pipelining -------------------------
+# Redis ceiling: redis-benchmark EVALSHA of scripts/bench/claim.lua, 50 clients, no pipelining.
 RPORT=$((20000 + RANDOM % 20000))
 taskset -c "$SERVER_CPU" redis-server --port "$RPORT" --save "" --appendonly no \
     >"$WORK/redis.log" 2>&1 &
@@ -131,65 +141,75 @@ for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sle
 SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat scripts/bench/claim.lua)")
 redis-cli -p "$RPORT" HSET '{c:bench}:meta' status active remaining 1000000000 limit 1 >/dev/null
 export BENCH_REDIS_REQUESTS=${BENCH_REDIS_REQUESTS:-300000}
-RB_N=$BENCH_REDIS_REQUESTS
-RB_CMD="redis-benchmark -p $RPORT -c 50 -P 1 -n $RB_N -r 1000000000 --csv EVALSHA $SHA 4 {c:bench}:meta {c:bench}:users {c:bench}:seq {c:bench}:orders u__rand_int__ 1"
-echo "== redis_ceiling: $RB_CMD"
-echo "$RB_CMD" >"$WORK/redis_ceiling.cmd"
-SERVER=$RPID
-before=$(server_cpu)
-# shellcheck disable=SC2086
-taskset -c "$GEN_CPU" $RB_CMD >"$WORK/redis_ceiling.csv"
-echo "$before $(server_cpu)" >"$WORK/redis_ceiling.cpu"
-tail -1 "$WORK/redis_ceiling.csv" | sed 's/^/   /'
-redis-cli -p "$RPORT" EVALSHA "$SHA" 4 '{c:bench}:meta' '{c:bench}:users' '{c:bench}:seq' '{c:bench}:orders' check 1 \
-    >"$WORK/redis_ceiling.check"
-stop "$RPID"
+RB_CMD="redis-benchmark -p $RPORT -c 50 -P 1 -n $BENCH_REDIS_REQUESTS -r 1000000000 --csv EVALSHA $SHA 4 {c:bench}:meta {c:bench}:users {c:bench}:seq {c:bench}:orders u__rand_int__ 1"
+redis_ceiling() {
+    echo "== redis_ceiling (round $ROUND): $RB_CMD"
+    echo "$RB_CMD" >"$WORK/redis_ceiling.cmd"
+    local before
+    SERVER=$RPID; before=$(server_cpu)
+    # shellcheck disable=SC2086
+    taskset -c "$GEN_CPU" $RB_CMD >"$WORK/redis_ceiling.r$ROUND.csv"
+    echo "$before $(server_cpu)" >"$WORK/redis_ceiling.r$ROUND.cpu"
+    tail -1 "$WORK/redis_ceiling.r$ROUND.csv" | cut -d, -f2- | sed 's/^/   rps,avg,min,p50,p95,p99,max: /'
+    # One more claim by a fresh user shows the script still sells (stock left, not erroring).
+    redis-cli -p "$RPORT" EVALSHA "$SHA" 4 '{c:bench}:meta' '{c:bench}:users' '{c:bench}:seq' \
+        '{c:bench}:orders' "check-$ROUND" 1 >"$WORK/redis_ceiling.r$ROUND.check"
+}
 
-# --- seckill embedded ---------------------------------------------------------------------------
-for sync in full normal; do
-    start "embedded_$sync" "$BIN" serve --listen 127.0.0.1:0 --data "$WORK/data-$sync" \
-        --admin-token "$TOKEN" --sync "$sync"
-    SERVER=$PID
-    bench "embedded_${sync}_hot" --url "$URL" --scenario hot -z "$DURATION" -c "$CONNS"
-    if [ "$sync" = full ]; then
-        bench embedded_full_soldout --url "$URL" --scenario soldout -z "$DURATION" -c "$CONNS"
-        bench embedded_full_seed002 --url "$URL" --scenario seed002
-        HOT=$(curl -s -XPOST "$URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
-            -H 'content-type: application/json' \
-            -d '{"id":"wrk-hot","stock":1000000000,"per_user_limit":1}' >/dev/null && echo wrk-hot)
-        wrk_row embedded_full_hot_wrk "$URL/v1/campaigns/$HOT/claims"
-    fi
-    stop "$PID"
-done
-
-# --- seckill on Redis: one and two instances ------------------------------------------------------
+# seckill on Redis, one and two instances, when this binary has the scale-out deployment.
+SCALE_OUT=0
 if "$BIN" serve --help 2>/dev/null | grep -q -- '--redis'; then
-    RPORT=$((20000 + RANDOM % 20000))
-    taskset -c "$SERVER_CPU" redis-server --port "$RPORT" --save "" --appendonly no \
-        >"$WORK/redis2.log" 2>&1 &
-    RPID=$!; PIDS+=("$RPID")
-    for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    SCALE_OUT=1
     DB=seckill_bench_$RANDOM$RANDOM
     PG=${BENCH_POSTGRES_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}
     psql "$PG" -qc "CREATE DATABASE $DB" >/dev/null
     PGURL="${PG%/*}/$DB"
     start redis_1 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
-    URL1=$URL; P1=$PID; SERVER=$PID
-    bench redis_1_hot --url "$URL1" --scenario hot -z "$DURATION" -c "$CONNS"
-    bench redis_1_seed002 --url "$URL1" --scenario seed002
+    R1_URL=$URL; R1_PID=$PID
     start redis_2 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
-    SERVER=
-    bench redis_2_hot --url "$URL1,$URL" --scenario hot -z "$DURATION" -c "$CONNS"
-    bench redis_2_seed002 --url "$URL1,$URL" --scenario seed002
-    stop "$PID"; stop "$P1"; stop "$RPID"
-    psql "$PG" -qc "DROP DATABASE $DB" >/dev/null || true
+    R2_URL=$URL
 else
     for r in redis_1_hot redis_1_seed002 redis_2_hot redis_2_seed002; do
         skip "$r" "skipped: this seckill binary is not built with scale-out (serve has no --redis)"
     done
 fi
+
+# --- timed rows, interleaved in rounds so each ratio compares rows minutes apart at most ------
+for ROUND in $(seq "$ROUNDS"); do
+    SERVER=$BASE_PID
+    bench http_ceiling --url "$BASE_URL" --campaign ceiling --no-verify --scenario hot \
+        -z "$DURATION" -c "$CONNS"
+    wrk_row http_ceiling_wrk "$BASE_URL/v1/campaigns/ceiling/claims"
+    SERVER=$FULL_PID
+    bench embedded_full_hot --url "$FULL_URL" --scenario hot -z "$DURATION" -c "$CONNS"
+    wrk_row embedded_full_hot_wrk "$FULL_URL/v1/campaigns/wrk-hot/claims"
+    bench embedded_full_soldout --url "$FULL_URL" --scenario soldout -z "$DURATION" -c "$CONNS"
+    SERVER=$NORMAL_PID
+    bench embedded_normal_hot --url "$NORMAL_URL" --scenario hot -z "$DURATION" -c "$CONNS"
+    redis_ceiling
+    if [ "$SCALE_OUT" = 1 ]; then
+        SERVER=$R1_PID
+        bench redis_1_hot --url "$R1_URL" --scenario hot -z "$DURATION" -c "$CONNS"
+        SERVER=
+        bench redis_2_hot --url "$R1_URL,$R2_URL" --scenario hot -z "$DURATION" -c "$CONNS"
+    fi
+done
+
+# --- seed 002 with full verification, once per deployment ------------------------------------
+ROUND=1
+SERVER=$FULL_PID
+bench embedded_full_seed002 --url "$FULL_URL" --scenario seed002
+if [ "$SCALE_OUT" = 1 ]; then
+    SERVER=$R1_PID
+    bench redis_1_seed002 --url "$R1_URL" --scenario seed002
+    SERVER=
+    bench redis_2_seed002 --url "$R1_URL,$R2_URL" --scenario seed002
+    psql "$PG" -qc "DROP DATABASE $DB" >/dev/null 2>&1 || true
+fi
+for p in "${PIDS[@]}"; do stop "$p"; done
+PIDS=()
 
 # --- criterion: the claim step --------------------------------------------------------------------
 if [ "$CRITERION" = 1 ]; then
@@ -200,5 +220,5 @@ fi
 
 UPTIME_AFTER=$(uptime)
 python3 scripts/bench/report.py "$WORK" "$OUT" \
-    "$UPTIME_BEFORE" "$UPTIME_AFTER" "$DURATION" "$CONNS" "$SERVER_CPU" "$GEN_CPU"
+    "$UPTIME_BEFORE" "$UPTIME_AFTER" "$DURATION" "$CONNS" "$SERVER_CPU" "$GEN_CPU" "$ROUNDS"
 echo "wrote $OUT"
