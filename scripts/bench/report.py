@@ -295,6 +295,9 @@ if crit:
     w("The Redis claim step has no criterion bench yet: the scale-out engine is not in this tree.")
     w("")
 
+w("Where the time goes on the rows that miss a target, what was tried and what would close the")
+w("gap: [`PROFILE.md`](PROFILE.md) (hand-written from `perf` profiles).")
+w("")
 w("## Commands")
 w("")
 w("```")

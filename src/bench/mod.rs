@@ -10,7 +10,8 @@
 //! 2. **storm** — C keep-alive connections ([`conn`]) fire claims from N simulated users
 //!    ([`users`]), closed-loop or at a fixed rate, while admin [`events`] fire ([`storm`]);
 //! 3. **drain + verify** — wait until the ledger stops changing ([`drain`]), read back the
-//!    campaign and every order through the API and check every invariant ([`verify`]);
+//!    campaign and every order through the API and check every invariant ([`verify`]), then
+//!    probe that malformed and unauthorised requests change nothing ([`probe`]);
 //! 4. **report** — text or JSON ([`report`]); the exit status fails on any violation.
 //!
 //! The bench talks HTTP only, so it measures and verifies any deployment the same way.
@@ -19,6 +20,7 @@ pub mod conn;
 pub mod drain;
 pub mod events;
 pub mod opts;
+pub mod probe;
 pub mod report;
 pub mod scenario;
 pub mod storm;
@@ -138,7 +140,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             .iter()
             .flat_map(|e| e.cancelled.iter().cloned())
             .collect();
-        let violations = verify::check(&Evidence {
+        let mut violations = verify::check(&Evidence {
             view: &drained.view,
             orders: &drained.orders,
             preexisting: &preexisting,
@@ -149,6 +151,11 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             sold_out_seen,
             cancelled_by_bench: &cancelled,
         });
+        // Only on the run's own campaign: against someone else's, a broken server would let
+        // the probe pause or close a live sale.
+        if opts.campaign.is_none() {
+            violations.extend(probe::bad_input(&client, &campaign).await?);
+        }
         Some(report::Verification {
             drained: drained.settled,
             drain_seconds: drained.waited.as_secs_f64(),

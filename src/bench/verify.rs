@@ -39,6 +39,10 @@ pub enum Invariant {
     RemainingMismatch,
     /// 6: retries with one Idempotency-Key got different answers or a second order.
     IdempotencyBroken,
+    /// 7: a malformed or unauthorised request was not refused with a 4xx.
+    BadInputAccepted,
+    /// 7: the campaign changed while only malformed or unauthorised requests were sent.
+    BadInputChangedState,
 }
 
 impl Invariant {
@@ -55,6 +59,7 @@ impl Invariant {
             | Invariant::PhantomOrder => 4,
             Invariant::RemainingMismatch => 5,
             Invariant::IdempotencyBroken => 6,
+            Invariant::BadInputAccepted | Invariant::BadInputChangedState => 7,
         }
     }
 }

@@ -47,6 +47,8 @@ enum Fault {
     ReuseOrderId,
     /// Orders show up in the ledger 300 ms after the answer (a lagging pipeline, no violation).
     SlowLedger,
+    /// Processes claims with an empty user id instead of refusing them.
+    AcceptsBadInput,
 }
 
 struct Camp {
@@ -124,7 +126,11 @@ async fn claim(
     Path(id): Path<String>,
     headers: HeaderMap,
     Json(b): Json<ClaimBody>,
-) -> Json<ClaimAnswer> {
+) -> (StatusCode, Json<Value>) {
+    if (b.user_id.is_empty() && d.fault != Fault::AcceptsBadInput) || b.qty == 0 {
+        let e = json!({"error": {"code": "invalid_request", "message": "bad claim"}});
+        return (StatusCode::BAD_REQUEST, Json(e));
+    }
     let mut camps = d.camps.lock();
     let c = camps.get_mut(&id).unwrap();
     let key = headers
@@ -132,14 +138,14 @@ async fn claim(
         .map(|k| (b.user_id.clone(), k.to_str().unwrap().to_owned()));
     if d.fault != Fault::IgnoreKeys {
         if let Some(a) = key.as_ref().and_then(|k| c.keys.get(k)) {
-            return Json(a.clone());
+            return (StatusCode::OK, Json(json!(a)));
         }
     }
     let answer = decide(d.fault, c, &b.user_id, b.qty);
     if let Some(k) = key {
         c.keys.insert(k, answer.clone());
     }
-    Json(answer)
+    (StatusCode::OK, Json(json!(answer)))
 }
 
 fn decide(fault: Fault, c: &mut Camp, user: &str, qty: u64) -> ClaimAnswer {
@@ -278,7 +284,10 @@ async fn violations(fault: Fault, tune: impl FnOnce(&mut BenchOpts)) -> BTreeSet
     for x in &v.violations {
         let needs_orders = !matches!(
             x.invariant,
-            Invariant::UnderSold | Invariant::RemainingMismatch
+            Invariant::UnderSold
+                | Invariant::RemainingMismatch
+                | Invariant::BadInputAccepted
+                | Invariant::BadInputChangedState
         );
         assert!(
             !needs_orders || !x.orders.is_empty(),
@@ -381,6 +390,13 @@ async fn catches_a_retry_that_claims_again() {
 async fn catches_one_order_answered_to_two_claims() {
     let found = violations(Fault::ReuseOrderId, |o| o.clicks = Some(2)).await;
     assert_eq!(found, only(Invariant::WonAnsweredTwice));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_malformed_claim_that_is_processed() {
+    let found = violations(Fault::AcceptsBadInput, |_| {}).await;
+    let seven = BTreeSet::from([Invariant::BadInputAccepted, Invariant::BadInputChangedState]);
+    assert_eq!(found, seven);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
