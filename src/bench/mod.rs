@@ -187,6 +187,11 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         seconds: secs,
         requests_per_second: tally.requests() as f64 / secs,
         claims_per_second: processed as f64 / secs,
+        latency_mode: if plan.rate.is_some() {
+            "scheduled"
+        } else {
+            "corrected"
+        },
         latency_ms: report::Latency::of(&corrected),
         latency_uncorrected_ms: report::Latency::of(&tally.latency),
         outcomes: tally
@@ -292,8 +297,11 @@ async fn progress(live: Arc<Live>) {
     let mut last = 0;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
-    while !live.finished.load(Ordering::Acquire) {
+    loop {
         tick.tick().await;
+        if live.finished.load(Ordering::Acquire) {
+            break;
+        }
         let done = live.done.load(Ordering::Relaxed);
         let line = format!(
             "[{:>6.1}s] {done} requests, {}/s, won {}, errors {}",

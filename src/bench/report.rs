@@ -68,6 +68,9 @@ pub struct BenchReport {
     pub requests_per_second: f64,
     /// Processed claims (HTTP 200 with an outcome) per second.
     pub claims_per_second: f64,
+    /// How `latency_ms` counts: `corrected` (closed loop, HdrHistogram correction with the
+    /// per-connection mean interval) or `scheduled` (`--rate`: from each claim's scheduled send).
+    pub latency_mode: &'static str,
     /// Corrected for coordinated omission (see `bench::storm`).
     pub latency_ms: Latency,
     pub latency_uncorrected_ms: Latency,
@@ -140,12 +143,14 @@ impl BenchReport {
             "  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}",
             l.min, l.p50, l.p90, l.p99, l.p999, l.max, l.mean
         )?;
-        let u = &self.latency_uncorrected_ms;
-        writeln!(
-            out,
-            "  uncorrected: p50 {:.3}  p99 {:.3}  p99.9 {:.3}",
-            u.p50, u.p99, u.p999
-        )?;
+        if self.plan.rate.is_none() {
+            let u = &self.latency_uncorrected_ms;
+            writeln!(
+                out,
+                "  uncorrected: p50 {:.3}  p99 {:.3}  p99.9 {:.3}",
+                u.p50, u.p99, u.p999
+            )?;
+        }
         writeln!(out, "\nOutcomes:")?;
         for (k, v) in &self.outcomes {
             writeln!(out, "  {k:<16} {v}")?;
