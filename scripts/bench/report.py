@@ -284,12 +284,16 @@ if crit:
         m = re.match(r"^(\S+)\s*(time:.*)?$", line)
         if m and not line.startswith(" "):
             name = m.group(1)
-        t = re.search(r"time:\s+\[\S+ \S+ (\S+ \S+) \S+ \S+\]", line)
-        if t:
-            time_ = t.group(1)
-        th = re.search(r"thrpt:\s+\[\S+ \S+ (\S+ \S+) \S+ \S+\]", line)
-        if th and name:
-            w(f"| `{name}` | {time_} | {th.group(1)} |")
+        # `time: [low est high]` / `thrpt: [...]`, each value with its unit; the `change:`
+        # lines after them hold three percentages and are skipped.
+        t = re.search(r"(time|thrpt):\s+\[([^\]]*)\]", line)
+        if not t or len(t.group(2).split()) != 6:
+            continue
+        est = " ".join(t.group(2).split()[2:4])
+        if t.group(1) == "time":
+            time_ = est
+        elif name:
+            w(f"| `{name}` | {time_} | {est} |")
             time_ = None
     w("")
     w("The Redis claim step has no criterion bench yet: the scale-out engine is not in this tree.")
