@@ -23,6 +23,7 @@ pub mod opts;
 pub mod probe;
 pub mod report;
 pub mod scenario;
+mod setup;
 pub mod storm;
 pub mod users;
 pub mod verify;
@@ -34,8 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
-use serde_json::json;
 
 pub use opts::{BenchOpts, Pick, Progress, QtyRange, ScenarioName};
 pub use report::BenchReport;
@@ -43,10 +42,10 @@ pub use storm::{Keyed, Win};
 pub use verify::{Evidence, Invariant, Violation};
 
 use crate::client::Client;
-use crate::domain::{ClaimAnswer, Kind, OrderState, Outcome};
-use conn::{Conn, Endpoint};
+use crate::domain::{Kind, OrderState};
+use conn::Endpoint;
 use events::Action;
-use scenario::{Plan, Supply, Target};
+use scenario::Plan;
 use storm::{Live, StormConfig};
 
 /// Runs one bench: setup, storm, drain, verify. The caller prints the report.
@@ -68,10 +67,10 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         endpoints.push(Endpoint::resolve(u).await?);
     }
 
-    let (campaign, kind, preexisting) = setup(&client, &plan, verify).await?;
+    let (campaign, kind, preexisting) = setup::campaign(&client, &plan, verify).await?;
     let claim_path = format!("/v1/campaigns/{campaign}/claims");
     let (mut wins, presold, presell_sold_out) = if plan.presell {
-        presell(&endpoints[0], &claim_path, plan.timeout).await?
+        setup::presell(&endpoints[0], &claim_path, plan.timeout).await?
     } else {
         (Vec::new(), 0, false)
     };
@@ -208,87 +207,6 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         verification,
         plan,
     })
-}
-
-/// Creates the run's campaign, or reads the existing one (and its orders, to leave them out).
-async fn setup(
-    client: &Client,
-    plan: &Plan,
-    verify: bool,
-) -> anyhow::Result<(String, Kind, HashSet<String>)> {
-    match &plan.target {
-        Target::Create {
-            supply,
-            per_user_limit,
-        } => {
-            let id = format!(
-                "bench-{}-{}",
-                plan.scenario.as_str(),
-                hex::encode(rand::random::<[u8; 4]>())
-            );
-            let mut spec = json!({"id": id, "per_user_limit": per_user_limit});
-            match supply {
-                Supply::Stock(n) => spec["stock"] = json!(n),
-                Supply::Codes(n) => {
-                    let codes: Vec<String> = (1..=*n).map(|i| format!("P-{i:07}")).collect();
-                    spec["codes"] = json!(codes);
-                }
-            }
-            let view = client
-                .create_campaign(&spec)
-                .await
-                .context("creating the bench campaign")?;
-            Ok((id, view.kind, HashSet::new()))
-        }
-        Target::Existing { id } => {
-            let view = client.campaign(id).await?;
-            let before = if verify {
-                client.all_orders(id).await?
-            } else {
-                Vec::new()
-            };
-            Ok((
-                id.clone(),
-                view.kind,
-                before.into_iter().map(|o| o.order_id).collect(),
-            ))
-        }
-    }
-}
-
-/// Claims the whole stock, one unit per user, before the storm; returns the wins, the claims
-/// sent and whether it ended on a `sold_out`.
-async fn presell(
-    endpoint: &Endpoint,
-    path: &str,
-    timeout: Duration,
-) -> anyhow::Result<(Vec<Win>, u64, bool)> {
-    let path = endpoint.path(path);
-    let mut conn = Conn::new(endpoint.clone());
-    let mut wins = Vec::new();
-    const MOST: u64 = 1_000_000;
-    for i in 1..=MOST + 1 {
-        let user = format!("presell-{i}");
-        let body = Bytes::from(format!(r#"{{"user_id":"{user}","qty":1}}"#));
-        let resp = conn.post_json(&path, body, None, timeout).await?;
-        anyhow::ensure!(
-            resp.status == hyper::StatusCode::OK,
-            "presell claim answered {}",
-            resp.status
-        );
-        let a: ClaimAnswer = serde_json::from_slice(&resp.body)?;
-        match a.outcome {
-            Outcome::Won => wins.push(Win {
-                user,
-                order_id: a.order_id.unwrap_or_default(),
-                qty: a.qty.unwrap_or(0),
-                codes: a.codes,
-                key: None,
-            }),
-            other => return Ok((wins, i, other == Outcome::SoldOut)),
-        }
-    }
-    anyhow::bail!("presell won more than {MOST} claims; use a smaller --stock with soldout")
 }
 
 /// One progress line a second on stderr until the storm finishes.
