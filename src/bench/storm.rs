@@ -230,6 +230,8 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                 tracing::debug!(error = %format!("{e:#}"), "claim request failed");
                 t.transport_errors += 1;
                 live.errors.fetch_add(1, Ordering::Relaxed);
+                // A refused connect fails at once: do not spin on a server that is down.
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
