@@ -90,8 +90,10 @@ bench() {
     echo "seckill bench $*" >"$WORK/$row.cmd"
     local f="$WORK/$row.r$ROUND" rc=0 before
     before=$(server_cpu)
+    local pid=()
+    [ -n "$SERVER" ] && pid=(--server-pid "$SERVER")
     taskset -c "$GEN_CPU" "$BIN" bench --threads 1 --json --progress never \
-        --admin-token "$TOKEN" "$@" >"$f.json" 2>"$f.err" || rc=$?
+        --admin-token "$TOKEN" "${pid[@]}" "$@" >"$f.json" 2>"$f.err" || rc=$?
     echo "$before $(server_cpu)" >"$f.cpu"
     echo "$rc" >"$f.rc"
     python3 - "$f.json" <<'EOF' || cat "$f.err"
@@ -111,8 +113,9 @@ wrk_row() {
     echo "wrk -t1 -c$CONNS -d$DURATION --latency -s scripts/bench/wrk-claims.lua $url" >"$WORK/$row.cmd"
     local f="$WORK/$row.r$ROUND" before
     before=$(server_cpu)
+    # A fresh user range per run: wrk's Lua random generator starts from the same seed.
     taskset -c "$GEN_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-        -s scripts/bench/wrk-claims.lua "$url" >"$f.wrk"
+        -s scripts/bench/wrk-claims.lua "$url" -- "$ROUND$RANDOM" >"$f.wrk"
     echo "$before $(server_cpu)" >"$f.cpu"
     grep -E 'Requests/sec|50%|99%' "$f.wrk" | tr -s ' \n' ' ' | sed 's/^/   /'; echo
 }

@@ -60,8 +60,11 @@ def server_seconds(row):
 
 
 def with_cpu(row, r):
-    cpu, n = server_seconds(row), r.get("requests")
-    r["us_per_claim"] = cpu * 1e6 / n if cpu is not None and n else None
+    """Server CPU per claim: measured by `seckill bench --server-pid` during the storm alone
+    when available, else from the script's readings around the whole command."""
+    if r.get("us_per_claim") is None:
+        cpu, n = server_seconds(row), r.get("requests")
+        r["us_per_claim"] = cpu * 1e6 / n if cpu is not None and n else None
     return r
 
 
@@ -125,6 +128,7 @@ def load_raw(row):
             cps=r["claims_per_second"], p50=r["latency_ms"]["p50"], p99=r["latency_ms"]["p99"],
             verified=verified, cpu=r.get("generator_cpu_percent"), errors=errors,
             requests=r["requests"], secs=r["seconds"],
+            us_per_claim=r.get("server_cpu_us_per_claim"),
         ), None
     wrk = read(f"{row}.wrk")
     if wrk is not None:
@@ -233,7 +237,8 @@ w("")
 w("`seckill bench` latency is corrected for coordinated omission (closed loop, HdrHistogram")
 w("correction with the per-connection mean interval); wrk's and redis-benchmark's are not.")
 w("`server CPU µs/claim` is the CPU time (user + system, all threads) the server process used")
-w("during the row divided by the requests sent: what one claim costs the server, the figure other")
+w("during the storm (`seckill bench --server-pid`; for wrk and redis-benchmark, during the whole")
+w("command) divided by the requests sent: what one claim costs the server, the figure other")
 w("processes on the machine disturb least. `gen CPU` is the generator's CPU in % of its one core:")
 w("near 100% means the generator, not the server, may be the limit of that row.")
 w("")

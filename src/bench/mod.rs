@@ -89,7 +89,9 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         timeout: plan.timeout,
         keep_keyed: plan.idempotency,
     };
-    let cpu_before = cpu_seconds();
+    let cpu_before = cpu_seconds("self");
+    let server = opts.server_pid.map(|p| p.to_string());
+    let server_before = server.as_deref().and_then(cpu_seconds);
     let events_task = tokio::spawn(events::run(
         plan.events.clone(),
         client.clone(),
@@ -106,8 +108,11 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
     let progress_task = show_progress.then(|| tokio::spawn(progress(live.clone())));
     let mut result = storm::run(cfg, &endpoints, live.clone()).await;
     let cpu = cpu_before
-        .zip(cpu_seconds())
+        .zip(cpu_seconds("self"))
         .map(|(a, b)| 100.0 * (b - a) / result.elapsed.as_secs_f64().max(1e-9));
+    let server_cpu = server_before
+        .zip(server.as_deref().and_then(cpu_seconds))
+        .map(|(a, b)| 1e6 * (b - a) / result.tally.requests().max(1) as f64);
     let events = events_task.await.context("the event task panicked")?;
     if let Some(p) = progress_task {
         let _ = p.await;
@@ -203,6 +208,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         transport_errors: tally.transport_errors,
         connects: tally.connects,
         generator_cpu_percent: cpu,
+        server_cpu_us_per_claim: server_cpu,
         events,
         verification,
         plan,
@@ -241,9 +247,9 @@ async fn progress(live: Arc<Live>) {
     }
 }
 
-/// CPU seconds this process used so far (user + system), from /proc on Linux.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// CPU seconds process `pid` (or `self`) used so far, user + system, from /proc on Linux.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -207,6 +207,11 @@ pub struct BenchOpts {
     #[arg(long)]
     pub threads: Option<usize>,
 
+    /// Process id of the server, when it runs on this machine: the report then gives the CPU
+    /// it spent per claim during the storm (Linux, from /proc; for benchmark scripts).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+
     /// Seed of the random picks (users, quantities), for reproducible runs.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,

@@ -81,6 +81,8 @@ pub struct BenchReport {
     pub connects: u64,
     /// CPU the bench process used during the storm, in % of one core (Linux only).
     pub generator_cpu_percent: Option<f64>,
+    /// CPU the server process (`--server-pid`) used during the storm, per request sent.
+    pub server_cpu_us_per_claim: Option<f64>,
     pub events: Vec<EventRecord>,
     pub verification: Option<Verification>,
 }
@@ -130,6 +132,9 @@ impl BenchReport {
         writeln!(out, "Transport errors:       {}", self.transport_errors)?;
         if let Some(cpu) = self.generator_cpu_percent {
             writeln!(out, "Generator CPU:          {cpu:.0}% of one core")?;
+        }
+        if let Some(us) = self.server_cpu_us_per_claim {
+            writeln!(out, "Server CPU per claim:   {us:.1} µs")?;
         }
         let l = &self.latency_ms;
         let mode = if self.plan.rate.is_some() {
