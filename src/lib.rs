@@ -3,6 +3,7 @@
 //! The library holds everything; `main.rs` only parses the command line and calls [`cli::run`].
 
 pub mod backend;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

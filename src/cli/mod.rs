@@ -1,5 +1,7 @@
 //! The `seckill` command line: one subcommand per module.
 
+mod baseline;
+mod bench;
 mod demo;
 mod scale;
 mod serve;
@@ -35,6 +37,11 @@ enum Command {
     /// Run only the scale-out order pipeline (Redis Streams → PostgreSQL), for deployments
     /// whose `serve` instances run with --no-worker.
     Worker(crate::config::WorkerConfig),
+    /// Storm a running deployment, report throughput and latency, verify every invariant.
+    Bench(Box<crate::bench::BenchOpts>),
+    /// Serve a trivial handler: the HTTP ceiling `scripts/bench.sh` compares seckill with.
+    #[command(hide = true)]
+    Baseline(baseline::BaselineOpts),
 }
 
 /// Entry point of the binary.
@@ -46,10 +53,16 @@ pub fn main() -> ExitCode {
     let json_logs = match &command {
         Command::Serve(c) => c.log_json,
         Command::Worker(c) => c.log_json,
-        Command::Demo(_) | Command::SignUser(_) => false,
+        Command::Demo(_) | Command::SignUser(_) | Command::Bench(_) | Command::Baseline(_) => false,
     };
     crate::telemetry::init(json_logs);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Bench(opts) = &command {
+        if let Some(n) = opts.threads {
+            builder.worker_threads(n.max(1));
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
@@ -62,6 +75,8 @@ pub fn main() -> ExitCode {
             Command::Demo(opts) => demo::run(opts).await,
             Command::SignUser(opts) => sign_user::run(opts),
             Command::Worker(cfg) => scale::run_worker(cfg).await,
+            Command::Bench(opts) => bench::run(*opts).await,
+            Command::Baseline(opts) => baseline::run(opts).await,
         }
     });
     match result {

@@ -3,6 +3,8 @@
 //! server processes for the crash tests.
 
 mod bad_input;
+mod bench_run;
+mod bench_verify;
 mod cli;
 mod commit_failure;
 mod conformance;

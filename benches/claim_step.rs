@@ -1,0 +1,125 @@
+//! Criterion micro-benchmarks of the engines' claim step.
+//!
+//! - `decide/*`: the pure atomic step [`CampaignState::decide`] (what the per-campaign mutex
+//!   protects) on its three hot paths: a win, a sold-out rejection, a per-user rejection.
+//! - `embedded/*`: a full claim through the embedded deployment (`Backend::claim`: campaign
+//!   lookup, lock, decide, SQLite group commit, answer), one at a time (latency of one durable
+//!   claim, dominated by the commit) and 256 in flight (what group commit buys).
+//!
+//! The Redis claim step (the Lua script through the scale-out engine) belongs in a
+//! `redis/claim` group here once the scale-out engine is in this tree; it is not faked.
+//!
+//! Run: `cargo bench --bench claim_step` (add `-- decide` to run one group).
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use futures::future::join_all;
+use seckill::backend::Backend;
+use seckill::domain::{ClaimRequest, Kind, NewCampaign, Status, Supply};
+use seckill::engine::state::{CampaignDef, CampaignState};
+use seckill::engine::{Embedded, EmbeddedOptions};
+
+fn def(limit: u64) -> CampaignDef {
+    CampaignDef {
+        id: "bench".into(),
+        kind: Kind::Stock,
+        per_user_limit: limit,
+        starts_at: None,
+        ends_at: None,
+    }
+}
+
+fn users(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("u{i}")).collect()
+}
+
+fn decide(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decide");
+    let names = users(1 << 16);
+    let now = Utc::now();
+
+    // Wins: fresh users, stock left; the state grows by one user per claim, as in a sale.
+    // 1024 claims per iteration so building a fresh state stays out of the measurement.
+    g.throughput(Throughput::Elements(1024));
+    g.bench_function("won_x1024", |b| {
+        b.iter_batched_ref(
+            || CampaignState::new(def(1), u64::MAX / 2, vec![], Status::Active),
+            |s| {
+                for u in &names[..1024] {
+                    std::hint::black_box(s.decide(u, 1, now));
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.throughput(Throughput::Elements(1));
+    let mut sold_out = CampaignState::new(def(1), 1, vec![], Status::Active);
+    sold_out.decide("first", 1, now);
+    let mut i = 0;
+    g.bench_function("sold_out", |b| {
+        b.iter(|| {
+            i = (i + 1) % names.len();
+            std::hint::black_box(sold_out.decide(&names[i], 1, now))
+        })
+    });
+    let mut claimed = CampaignState::new(def(1), u64::MAX / 2, vec![], Status::Active);
+    for u in &names[..4096] {
+        claimed.decide(u, 1, now);
+    }
+    g.bench_function("already_claimed", |b| {
+        b.iter(|| {
+            i = (i + 1) % 4096;
+            std::hint::black_box(claimed.decide(&names[i], 1, now))
+        })
+    });
+    g.finish();
+}
+
+fn embedded(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine: Arc<Embedded> = rt.block_on(async {
+        let e = Embedded::open(EmbeddedOptions::new(dir.path()))
+            .await
+            .expect("embedded engine opens");
+        e.create_campaign(NewCampaign {
+            id: "hot".into(),
+            supply: Supply::Stock(1_000_000_000),
+            per_user_limit: 1,
+            starts_at: None,
+            ends_at: None,
+        })
+        .await
+        .expect("campaign created");
+        e
+    });
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let claim = |engine: Arc<Embedded>| {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async move {
+            let req = ClaimRequest {
+                user_id: format!("u{n}"),
+                qty: 1,
+            };
+            engine.claim("hot", req, None).await.expect("claim answers")
+        }
+    };
+    let mut g = c.benchmark_group("embedded");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("claim_durable_one_at_a_time", |b| {
+        b.to_async(&rt).iter(|| claim(engine.clone()))
+    });
+    g.throughput(Throughput::Elements(256));
+    g.bench_function("claim_durable_256_in_flight", |b| {
+        b.to_async(&rt)
+            .iter(|| join_all((0..256).map(|_| claim(engine.clone()))))
+    });
+    g.finish();
+    rt.block_on(engine.shutdown());
+}
+
+criterion_group!(benches, decide, embedded);
+criterion_main!(benches);

@@ -1,0 +1,76 @@
+//! Waiting for the pipeline to drain before verifying.
+//!
+//! The bench only speaks HTTP, so it cannot ask a deployment whether its order pipeline is
+//! empty; it watches the ledger through the API instead. The rule: the ledger has drained when
+//! (1) every order id answered `won` is listed by `GET /v1/campaigns/{id}/orders`, and (2) two
+//! consecutive reads `interval` apart agree on the number of orders, the units in active
+//! orders and the campaign's `remaining`. An embedded deployment commits before it answers, so
+//! it drains on the second read; a streaming deployment drains once its consumers catch up.
+//! After `timeout` the bench verifies what it has, and missing orders become violations.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::domain::{CampaignView, Order, OrderState};
+
+use super::storm::Win;
+
+/// The ledger as read once it drained (or the wait timed out).
+#[derive(Debug)]
+pub struct Drained {
+    pub view: CampaignView,
+    pub orders: Vec<Order>,
+    pub waited: Duration,
+    pub reads: u32,
+    /// False when the timeout ran out first.
+    pub settled: bool,
+}
+
+/// A cheap fingerprint of a ledger read: orders listed, active units, remaining.
+fn fingerprint(view: &CampaignView, orders: &[Order]) -> (usize, u64, u64) {
+    let active = orders
+        .iter()
+        .filter(|o| o.state == OrderState::Active)
+        .map(|o| o.qty)
+        .sum();
+    (orders.len(), active, view.remaining)
+}
+
+pub async fn wait(
+    client: &Client,
+    campaign: &str,
+    wins: &[Win],
+    timeout: Duration,
+    interval: Duration,
+) -> anyhow::Result<Drained> {
+    let started = Instant::now();
+    let mut previous = None;
+    let mut reads = 0;
+    loop {
+        let orders = client.all_orders(campaign).await?;
+        let view = client.campaign(campaign).await?;
+        reads += 1;
+        let print = fingerprint(&view, &orders);
+        let listed: HashSet<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+        let all_won_listed = wins.iter().all(|w| listed.contains(w.order_id.as_str()));
+        let stable = previous == Some(print);
+        let timed_out = started.elapsed() >= timeout;
+        if (all_won_listed && stable) || timed_out {
+            return Ok(Drained {
+                view,
+                orders,
+                waited: started.elapsed(),
+                reads,
+                settled: all_won_listed && stable,
+            });
+        }
+        tracing::debug!(
+            orders = print.0,
+            all_won_listed,
+            "waiting for the ledger to drain"
+        );
+        previous = Some(print);
+        tokio::time::sleep(interval).await;
+    }
+}

@@ -1,0 +1,258 @@
+//! Admin events fired during the storm: restock, pause, resume, close, cancel.
+//!
+//! A real sale is not a closed box: operators top up stock, pause a misbehaving campaign, and
+//! orders get cancelled while users keep clicking. Firing those through the public admin API in
+//! the middle of a storm exercises the engine's hardest interleavings, and the completion time
+//! of each supply change tells the verifier from when on a `sold_out` proves the stock was gone.
+
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde::Serialize;
+use serde_json::json;
+
+use super::opts::parse_duration;
+use super::scenario::Stop;
+use super::storm::Live;
+use crate::client::Client;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// Seconds after the storm started.
+    After(f64),
+    /// This fraction of the requests (or of the duration) done.
+    Fraction(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Pause,
+    Resume,
+    Close,
+    /// Units (stock campaigns) or that many generated codes (code campaigns).
+    Restock(u64),
+    /// Cancel this many orders won so far.
+    Cancel(u64),
+}
+
+impl Action {
+    /// Whether the action can give stock back (after which a `sold_out` proves nothing).
+    pub fn adds_supply(self) -> bool {
+        matches!(self, Action::Restock(_) | Action::Cancel(_))
+    }
+}
+
+/// `--event WHEN:ACTION`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EventSpec {
+    pub when: When,
+    pub action: Action,
+}
+
+impl FromStr for EventSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (when, action) = s
+            .split_once(':')
+            .ok_or_else(|| format!("event {s:?} must be WHEN:ACTION, e.g. 2s:restock=100"))?;
+        let when = match when.strip_suffix('%') {
+            Some(p) => {
+                let f: f64 = p
+                    .parse()
+                    .map_err(|_| format!("{when:?} is not a percentage"))?;
+                if !(0.0..=100.0).contains(&f) {
+                    return Err(format!("{when:?} must be between 0% and 100%"));
+                }
+                When::Fraction(f / 100.0)
+            }
+            None => When::After(parse_duration(when)?.as_secs_f64()),
+        };
+        let count = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| format!("{v:?} must be a positive count"))
+        };
+        let action = match action.split_once('=') {
+            None if action == "pause" => Action::Pause,
+            None if action == "resume" => Action::Resume,
+            None if action == "close" => Action::Close,
+            Some(("restock", n)) => Action::Restock(count(n)?),
+            Some(("cancel", n)) => Action::Cancel(count(n)?),
+            _ => {
+                return Err(format!(
+                    "unknown action {action:?} (pause, resume, close, restock=N, cancel=N)"
+                ))
+            }
+        };
+        Ok(EventSpec { when, action })
+    }
+}
+
+/// What happened to one event.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRecord {
+    pub spec: EventSpec,
+    /// Seconds since the storm started when the event was sent (None: the storm ended first).
+    pub sent_s: Option<f64>,
+    pub done_s: Option<f64>,
+    pub ok: bool,
+    pub detail: String,
+    #[serde(skip)]
+    pub done_at: Option<Instant>,
+    /// Orders this event cancelled.
+    pub cancelled: Vec<String>,
+}
+
+/// Runs `specs` in time order against `campaign` while the storm runs.
+pub async fn run(
+    specs: Vec<EventSpec>,
+    client: Client,
+    campaign: String,
+    codes: bool,
+    stop: Stop,
+    live: Arc<Live>,
+) -> Vec<EventRecord> {
+    let mut out = Vec::with_capacity(specs.len());
+    for (n, spec) in specs.into_iter().enumerate() {
+        if !wait_for(spec.when, stop, &live).await {
+            out.push(EventRecord {
+                spec,
+                sent_s: None,
+                done_s: None,
+                ok: false,
+                detail: "not reached: the storm ended first".into(),
+                done_at: None,
+                cancelled: Vec::new(),
+            });
+            continue;
+        }
+        let sent_s = live.started.elapsed().as_secs_f64();
+        let (ok, detail, cancelled) = fire(spec.action, n, &client, &campaign, codes, &live).await;
+        let done_at = Instant::now();
+        tracing::info!(?spec, ok, detail, "bench event");
+        out.push(EventRecord {
+            spec,
+            sent_s: Some(sent_s),
+            done_s: Some(done_at.duration_since(live.started).as_secs_f64()),
+            ok,
+            detail,
+            done_at: Some(done_at),
+            cancelled,
+        });
+    }
+    out
+}
+
+/// Waits until the event is due; false if the storm finished first.
+async fn wait_for(when: When, stop: Stop, live: &Live) -> bool {
+    let due_at = match (when, stop) {
+        (When::After(s), _) => Some(Duration::from_secs_f64(s)),
+        (When::Fraction(f), Stop::Duration(d)) => Some(d.mul_f64(f)),
+        (When::Fraction(_), Stop::Requests(_)) => None,
+    };
+    loop {
+        if live.finished.load(Ordering::Acquire) {
+            return false;
+        }
+        let due = match (due_at, when, stop) {
+            (Some(d), _, _) => live.started.elapsed() >= d,
+            (None, When::Fraction(f), Stop::Requests(n)) => {
+                live.done.load(Ordering::Relaxed) as f64 >= n as f64 * f
+            }
+            _ => true,
+        };
+        if due {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn fire(
+    action: Action,
+    n: usize,
+    client: &Client,
+    campaign: &str,
+    codes: bool,
+    live: &Live,
+) -> (bool, String, Vec<String>) {
+    let admin = |path: String, body: Option<serde_json::Value>| async move {
+        match client.admin(Method::POST, &path, body.as_ref()).await {
+            Ok((s, _)) if s.is_success() => (true, format!("{s}")),
+            Ok((s, b)) => (false, format!("{s}: {b}")),
+            Err(e) => (false, format!("{e:#}")),
+        }
+    };
+    let base = format!("/v1/campaigns/{campaign}");
+    match action {
+        Action::Pause => {
+            let (ok, d) = admin(format!("{base}/pause"), None).await;
+            (ok, d, vec![])
+        }
+        Action::Resume => {
+            let (ok, d) = admin(format!("{base}/resume"), None).await;
+            (ok, d, vec![])
+        }
+        Action::Close => {
+            let (ok, d) = admin(format!("{base}/close"), None).await;
+            (ok, d, vec![])
+        }
+        Action::Restock(units) => {
+            let body = if codes {
+                let list: Vec<String> = (1..=units).map(|i| format!("R{n}-{i:07}")).collect();
+                json!({ "codes": list })
+            } else {
+                json!({ "units": units })
+            };
+            let (ok, d) = admin(format!("{base}/restock"), Some(body)).await;
+            (ok, d, vec![])
+        }
+        Action::Cancel(count) => {
+            let ids = live.take_recent_wins(count as usize);
+            let mut cancelled = Vec::new();
+            let mut failures = Vec::new();
+            for id in ids {
+                match admin(format!("/v1/orders/{id}/cancel"), None).await {
+                    (true, _) => cancelled.push(id),
+                    (false, d) => failures.push(format!("{id}: {d}")),
+                }
+            }
+            let detail = format!(
+                "cancelled {} of {count} requested{}",
+                cancelled.len(),
+                if failures.is_empty() {
+                    String::new()
+                } else {
+                    format!("; failed: {}", failures.join(", "))
+                }
+            );
+            (failures.is_empty(), detail, cancelled)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events() {
+        let e: EventSpec = "2s:restock=100".parse().unwrap();
+        assert_eq!(e.when, When::After(2.0));
+        assert_eq!(e.action, Action::Restock(100));
+        let e: EventSpec = "50%:pause".parse().unwrap();
+        assert_eq!(e.when, When::Fraction(0.5));
+        assert_eq!(e.action, Action::Pause);
+        assert!("2s:explode".parse::<EventSpec>().is_err());
+        assert!("2s:cancel=0".parse::<EventSpec>().is_err());
+        assert!("pause".parse::<EventSpec>().is_err());
+        assert!("150%:pause".parse::<EventSpec>().is_err());
+    }
+}

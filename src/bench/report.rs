@@ -1,0 +1,240 @@
+//! The bench report: an `ab`/`oha`-style text summary, or one JSON document (`--json`).
+//!
+//! Both renderings come from one [`BenchReport`] value, so the machine-readable figures that
+//! `scripts/bench.sh` tabulates are exactly the ones a person reads.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::events::EventRecord;
+use super::scenario::Plan;
+use super::verify::Violation;
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub min: f64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Self {
+            min: ms(h.min()),
+            mean: h.mean() / 1000.0,
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        }
+    }
+}
+
+/// What the verification found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verification {
+    /// Whether the ledger settled before the drain timeout.
+    pub drained: bool,
+    pub drain_seconds: f64,
+    pub ledger_reads: u32,
+    pub orders: usize,
+    pub active_units: u64,
+    pub total: u64,
+    pub remaining: u64,
+    /// Whether the no-under-sell check applied (a qty-1 `sold_out` after the last supply change).
+    pub under_sell_checked: bool,
+    pub violations: Vec<Violation>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub url: String,
+    pub campaign: String,
+    pub plan: Plan,
+    /// Claims the presell phase sent (the `soldout` preset), outside the timed storm.
+    pub presold: u64,
+    pub requests: u64,
+    pub seconds: f64,
+    pub requests_per_second: f64,
+    /// Processed claims (HTTP 200 with an outcome) per second.
+    pub claims_per_second: f64,
+    /// How `latency_ms` counts: `corrected` (closed loop, HdrHistogram correction with the
+    /// per-connection mean interval) or `scheduled` (`--rate`: from each claim's scheduled send).
+    pub latency_mode: &'static str,
+    /// Corrected for coordinated omission (see `bench::storm`).
+    pub latency_ms: Latency,
+    pub latency_uncorrected_ms: Latency,
+    pub outcomes: BTreeMap<String, u64>,
+    pub non_2xx: BTreeMap<u16, u64>,
+    pub bad_bodies: u64,
+    pub transport_errors: u64,
+    pub connects: u64,
+    /// CPU the bench process used during the storm, in % of one core (Linux only).
+    pub generator_cpu_percent: Option<f64>,
+    /// CPU the server process (`--server-pid`) used during the storm, per request sent.
+    pub server_cpu_us_per_claim: Option<f64>,
+    pub events: Vec<EventRecord>,
+    pub verification: Option<Verification>,
+}
+
+impl BenchReport {
+    /// True when verification ran and found nothing.
+    pub fn clean(&self) -> bool {
+        match &self.verification {
+            None => true,
+            Some(v) => v.violations.is_empty(),
+        }
+    }
+
+    pub fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, self)?;
+        writeln!(out)
+    }
+
+    pub fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(out, "seckill bench: {}", self.plan.describe())?;
+        writeln!(
+            out,
+            "Target:                 {} campaign {}",
+            self.url, self.campaign
+        )?;
+        if self.presold > 0 {
+            writeln!(
+                out,
+                "Presold:                {} claims before the storm",
+                self.presold
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "Concurrency Level:      {}", self.plan.connections)?;
+        writeln!(out, "Time taken for tests:   {:.3} seconds", self.seconds)?;
+        writeln!(out, "Requests:               {}", self.requests)?;
+        writeln!(
+            out,
+            "Requests per second:    {:.2} [#/sec] (claims processed: {:.2}/s)",
+            self.requests_per_second, self.claims_per_second
+        )?;
+        writeln!(
+            out,
+            "Non-2xx responses:      {}",
+            self.non_2xx.values().sum::<u64>()
+        )?;
+        writeln!(out, "Transport errors:       {}", self.transport_errors)?;
+        if let Some(cpu) = self.generator_cpu_percent {
+            writeln!(out, "Generator CPU:          {cpu:.0}% of one core")?;
+        }
+        if let Some(us) = self.server_cpu_us_per_claim {
+            writeln!(out, "Server CPU per claim:   {us:.1} µs")?;
+        }
+        let l = &self.latency_ms;
+        let mode = if self.plan.rate.is_some() {
+            "from scheduled send"
+        } else {
+            "corrected for coordinated omission"
+        };
+        writeln!(out, "\nLatency (ms, {mode}):")?;
+        writeln!(
+            out,
+            "  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}",
+            l.min, l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+        )?;
+        if self.plan.rate.is_none() {
+            let u = &self.latency_uncorrected_ms;
+            writeln!(
+                out,
+                "  uncorrected: p50 {:.3}  p99 {:.3}  p99.9 {:.3}",
+                u.p50, u.p99, u.p999
+            )?;
+        }
+        writeln!(out, "\nOutcomes:")?;
+        for (k, v) in &self.outcomes {
+            writeln!(out, "  {k:<16} {v}")?;
+        }
+        for (k, v) in &self.non_2xx {
+            writeln!(out, "  HTTP {k:<11} {v}")?;
+        }
+        if self.bad_bodies > 0 {
+            writeln!(out, "  unreadable 200  {}", self.bad_bodies)?;
+        }
+        if !self.events.is_empty() {
+            writeln!(out, "\nEvents:")?;
+            for e in &self.events {
+                let at = e.sent_s.map(|s| format!("{s:.3}s")).unwrap_or("-".into());
+                writeln!(
+                    out,
+                    "  {:>8}  {:<22} {} {}",
+                    at,
+                    format!("{:?}", e.spec.action),
+                    if e.ok { "ok" } else { "FAILED" },
+                    e.detail
+                )?;
+            }
+        }
+        self.write_verification(out)
+    }
+
+    fn write_verification(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let Some(v) = &self.verification else {
+            return writeln!(out, "\nVerification: skipped (--no-verify)");
+        };
+        writeln!(
+            out,
+            "\nVerification: ledger {} after {:.2}s ({} reads): {} orders, {} active units, \
+             total {}, remaining {}{}",
+            if v.drained {
+                "drained"
+            } else {
+                "NOT drained (timeout)"
+            },
+            v.drain_seconds,
+            v.ledger_reads,
+            v.orders,
+            v.active_units,
+            v.total,
+            v.remaining,
+            if v.under_sell_checked {
+                ", sold out (no-under-sell checked)"
+            } else {
+                ""
+            }
+        )?;
+        if v.violations.is_empty() {
+            return writeln!(out, "OK: every invariant holds");
+        }
+        writeln!(out, "FAILED: {} violation(s)", v.violations.len())?;
+        for x in &v.violations {
+            writeln!(
+                out,
+                "  [invariant {}] {:?}: {}",
+                x.invariant.number(),
+                x.invariant,
+                x.message
+            )?;
+            const SHOWN: usize = 20;
+            if !x.orders.is_empty() {
+                let more = x.orders.len().saturating_sub(SHOWN);
+                writeln!(
+                    out,
+                    "      orders: {}{}",
+                    x.orders[..x.orders.len().min(SHOWN)].join(", "),
+                    if more > 0 {
+                        format!(" … and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
