@@ -13,6 +13,7 @@
 mod admin;
 mod conn;
 mod keys;
+mod ratelimit;
 mod scripts;
 mod sentinel;
 
@@ -24,6 +25,7 @@ use redis::AsyncCommands;
 
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
+pub use ratelimit::RedisLimiter;
 pub use scripts::Scripts;
 
 use crate::backend::Backend;
@@ -54,7 +56,12 @@ pub struct ScaleOut {
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
     worker: tokio::sync::Mutex<Option<Worker>>,
+    limiter: Arc<RedisLimiter>,
 }
+
+/// How often each instance re-reads every campaign's rate limits from the ledger: the
+/// longest a `PUT …/limits` through one instance takes to apply on the others.
+pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
 
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,12 +78,15 @@ impl ScaleOut {
         let mut redis = RedisConn::connect(&opts.redis).await?;
         let scripts = Arc::new(Scripts::default());
         scripts.load(&mut redis).await?;
+        let limiter = Arc::new(RedisLimiter::new(redis.clone()));
+        limiter.load().await?;
         let me = Arc::new(Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
             worker: tokio::sync::Mutex::new(None),
+            limiter,
         });
         for id in ledger.campaign_ids().await? {
             me.reconcile(&id).await.map_err(|e| {
@@ -186,6 +196,14 @@ impl Backend for ScaleOut {
             .campaign_limits()
             .await
             .map_err(|e| Error::unavailable("reading rate limits failed", e))
+    }
+
+    fn rate_limiter(&self) -> Option<Arc<dyn crate::guard::rate::RateLimiter>> {
+        Some(self.limiter.clone())
+    }
+
+    fn limits_refresh(&self) -> Option<Duration> {
+        Some(LIMITS_REFRESH)
     }
 
     async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
