@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use reqwest::{Method, StatusCode};
-use seckill::client::Client;
+use seckill::client::{ClaimReply, Client};
+use seckill::domain::Outcome;
+use seckill::load::{self, Shot};
 use serde_json::{json, Value};
 
 use super::procs::Seckill;
-use crate::guards::claim_raw;
+use crate::guards::{claim_raw, sample};
 use crate::servers::{pg, RedisServer};
 
 /// Sets a campaign's limits through `via` and waits until `other` applies them too.
@@ -108,4 +110,149 @@ async fn rate_limits_hold_across_two_instances() {
             .unwrap();
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
+}
+
+fn shots(n: usize, users: usize, prefix: &str) -> Vec<Shot> {
+    (0..n)
+        .map(|i| Shot {
+            user: format!("{prefix}{}", (i * 7) % users),
+            qty: 1,
+            key: None,
+        })
+        .collect()
+}
+
+fn series(name: &str, campaign: &str) -> String {
+    format!("seckill_campaign_{name}_total{{campaign=\"{campaign}\"}}")
+}
+
+async fn won_once(c: &Client, campaign: &str, user: &str) -> bool {
+    match c.claim(campaign, user, 1, None).await.unwrap() {
+        ClaimReply::Processed(a) => a.outcome == Outcome::Won,
+        ClaimReply::Refused(s, body) => panic!("refused {s}: {body}"),
+    }
+}
+
+/// Sold out across two instances: no further claim reaches Redis, holders still hear
+/// `already_claimed`, and a restock through one instance sells on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance() {
+    let redis = RedisServer::start(&[]);
+    let postgres = pg().fresh_db().await;
+    let urls = vec![redis.url()];
+    let a = Seckill::serve(&urls, &postgres, &[]);
+    let b = Seckill::serve(&urls, &postgres, &[]);
+    let (ca, cb) = (a.client(), b.client());
+    ca.create_campaign(&json!({"id": "flash", "stock": 10, "per_user_limit": 1}))
+        .await
+        .unwrap();
+    // 3,000 claims of 1,000 users, half through each instance.
+    let (ra, rb) = tokio::join!(
+        load::storm(&ca, "flash", shots(1500, 1000, "u"), 32),
+        load::storm(&cb, "flash", shots(1500, 1000, "u"), 32),
+    );
+    assert!(ra.refused.is_empty() && rb.refused.is_empty());
+    let winners: Vec<String> = [&ra, &rb]
+        .iter()
+        .flat_map(|r| r.answers.iter())
+        .filter(|(_, a)| a.outcome == Outcome::Won)
+        .map(|(s, _)| s.user.clone())
+        .collect();
+    assert_eq!(winners.len(), 10, "exactly the stock was won");
+
+    // A further burst of new users on both instances never reaches Redis.
+    let engine = series("engine_claims", "flash");
+    let fast = series("fast_sold_out", "flash");
+    let before = [
+        sample(&ca.url(""), &engine).await,
+        sample(&cb.url(""), &engine).await,
+    ];
+    let (ra, rb) = tokio::join!(
+        load::storm(&ca, "flash", shots(300, 300, "late-a"), 16),
+        load::storm(&cb, "flash", shots(300, 300, "late-b"), 16),
+    );
+    assert_eq!((ra.count("sold_out"), rb.count("sold_out")), (300, 300));
+    let after = [
+        sample(&ca.url(""), &engine).await,
+        sample(&cb.url(""), &engine).await,
+    ];
+    assert_eq!(after, before, "claims reached Redis after the sell-out");
+    assert!(sample(&ca.url(""), &fast).await >= 300);
+    assert!(sample(&cb.url(""), &fast).await >= 300);
+    // A winner, on either instance, hears already_claimed, not the fast sold_out.
+    for w in &winners {
+        for c in [&ca, &cb] {
+            let ClaimReply::Processed(answer) = c.claim("flash", w, 1, None).await.unwrap() else {
+                panic!("refused")
+            };
+            assert_eq!(answer.outcome, Outcome::AlreadyClaimed, "winner {w}");
+        }
+    }
+
+    // Restock through A; B sells within the bound (pub/sub, else the periodic re-read).
+    let (s, body) = ca
+        .admin(
+            Method::POST,
+            "/v1/campaigns/flash/restock",
+            Some(&json!({"units": 3})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{body}");
+    let restocked = Instant::now();
+    let mut tries = 0;
+    while !won_once(&cb, "flash", &format!("after-{tries}")).await {
+        tries += 1;
+        assert!(
+            restocked.elapsed() < Duration::from_secs(10),
+            "instance B never saw the restock"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let delay = restocked.elapsed();
+    eprintln!("restock seen by the other instance after {delay:?} ({tries} sold_out first)");
+    // The rest of the restock sells too, and then nothing more.
+    let (ra, rb) = tokio::join!(
+        load::storm(&ca, "flash", shots(100, 100, "again-a"), 8),
+        load::storm(&cb, "flash", shots(100, 100, "again-b"), 8),
+    );
+    assert_eq!(ra.count("won") + rb.count("won"), 2);
+
+    // A lost announcement: the subscribers' connections are cut just before a restock, so
+    // only the periodic re-read (every --stock-max-staleness-ms, 1 s here) can tell B.
+    let mut raw = redis::Client::open(redis.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (s, body) = ca
+        .admin(
+            Method::POST,
+            "/v1/campaigns/flash/restock",
+            Some(&json!({"units": 1})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{body}");
+    let restocked = Instant::now();
+    let mut tries = 0;
+    while !won_once(&cb, "flash", &format!("lost-{tries}")).await {
+        tries += 1;
+        assert!(
+            restocked.elapsed() < Duration::from_secs(10),
+            "instance B never saw the unannounced restock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "unannounced restock seen by the other instance after {:?}",
+        restocked.elapsed()
+    );
 }
