@@ -256,3 +256,54 @@ async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance
         restocked.elapsed()
     );
 }
+
+/// On a Redis Cluster: a request's limiter buckets share one slot (one script, no CROSSSLOT),
+/// and the sold-out fast path and a restock work as on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guards_work_on_a_redis_cluster() {
+    let app = crate::helpers::App::spawn(crate::helpers::Deploy::Cluster).await;
+    let url = app.client.url("");
+    app.create(json!({"id": "cl", "stock": 3, "per_user_limit": 1}))
+        .await;
+    let (s, v) = app
+        .admin(
+            Method::PUT,
+            "/v1/campaigns/cl/limits",
+            Some(json!({"per_user": "4/h", "per_ip": "1000/h"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let answers =
+        join_all((0..30).map(|_| claim_raw(&url, "cl", json!({"user_id": "bot"}), &[]))).await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0.as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 4);
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 26);
+
+    let mut sold_out = 0;
+    for i in 0..20 {
+        if app.claim("cl", &format!("u{i}"), 1).await.outcome == Outcome::SoldOut {
+            sold_out += 1;
+        }
+    }
+    assert_eq!(sold_out, 18, "bot won 1, u0 and u1 the other 2");
+    let engine = series("engine_claims", "cl");
+    let before = sample(&url, &engine).await;
+    for i in 0..20 {
+        let a = app.claim("cl", &format!("late{i}"), 1).await;
+        assert_eq!(a.outcome, Outcome::SoldOut);
+    }
+    assert_eq!(sample(&url, &engine).await, before, "fast path");
+    assert_eq!(
+        app.claim("cl", "u0", 1).await.outcome,
+        Outcome::AlreadyClaimed
+    );
+    let (s, _) = app
+        .admin(
+            Method::POST,
+            "/v1/campaigns/cl/restock",
+            Some(json!({"units": 1})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(app.claim("cl", "after", 1).await.outcome, Outcome::Won);
+}
