@@ -12,6 +12,7 @@ use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, NewCampaign,
     Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::guard::rate::RateLimiter;
 use crate::guard::soldout::StockBoard;
 
 #[async_trait]
@@ -69,6 +70,19 @@ pub trait Backend: Send + Sync + 'static {
     /// backend must meet to publish one). `None` turns off the sold-out fast path and the
     /// admission gate, which is always safe.
     fn stock_board(&self) -> Option<Arc<StockBoard>> {
+        None
+    }
+
+    /// The rate limiter shared by every instance of this deployment; `None` keeps the buckets
+    /// in process (right when there is one instance).
+    fn rate_limiter(&self) -> Option<Arc<dyn RateLimiter>> {
+        None
+    }
+
+    /// How often an instance re-reads every campaign's limits from the shared store, so a
+    /// `PUT …/limits` through another instance applies here too; `None` when this process is
+    /// the only writer.
+    fn limits_refresh(&self) -> Option<std::time::Duration> {
         None
     }
 }

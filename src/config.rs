@@ -125,6 +125,11 @@ pub struct ScaleOutArgs {
     #[arg(long, env = "SECKILL_NO_WORKER")]
     pub no_worker: bool,
 
+    /// How often each instance re-reads the campaigns it believes sold out: the longest a
+    /// stale `sold_out` outlives a restock or cancel whose pub/sub announcement was lost.
+    #[arg(long, env = "SECKILL_STOCK_MAX_STALENESS_MS", default_value_t = 1000)]
+    pub stock_max_staleness_ms: u64,
+
     #[command(flatten)]
     pub pipeline: PipelineArgs,
 }

@@ -24,6 +24,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
         idempotency_ttl: Duration::from_secs(cfg.idempotency_hours * 3600),
         run_worker: !s.no_worker,
         pipeline: s.pipeline.options(),
+        stock_max_staleness: Duration::from_millis(s.stock_max_staleness_ms.max(1)),
         redis: redis.clone(),
     };
     let backend = ScaleOut::open(opts).await?;

@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -66,9 +67,15 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     }
 
     let board = backend.stock_board().unwrap_or_default();
-    let guards = Guards::new(cfg.guard.settings(), board)?;
+    let guards = match backend.rate_limiter() {
+        Some(limiter) => Guards::with_limiter(cfg.guard.settings(), board, limiter)?,
+        None => Guards::new(cfg.guard.settings(), board)?,
+    };
     for (id, limits) in backend.all_limits().await? {
         guards.set_campaign_limits(&id, limits);
+    }
+    if let Some(every) = backend.limits_refresh() {
+        spawn_limits_refresh(backend.clone(), Arc::downgrade(&guards), every);
     }
     tracing::info!(settings = ?guards.settings(), "guards ready");
 
@@ -117,6 +124,25 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         stop,
         task,
     })
+}
+
+/// Re-reads every campaign's limits each `every` until the guards are dropped, so limits set
+/// through another instance apply here within `every` (plus one ledger read).
+fn spawn_limits_refresh(backend: Arc<dyn Backend>, guards: Weak<Guards>, every: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(guards) = guards.upgrade() else {
+                return;
+            };
+            match backend.all_limits().await {
+                Ok(all) => guards.replace_campaign_limits(all),
+                Err(e) => tracing::warn!(error = %e, "re-reading campaign rate limits failed"),
+            }
+        }
+    });
 }
 
 pub async fn run(cfg: ServeConfig) -> anyhow::Result<ExitCode> {

@@ -143,6 +143,16 @@ impl Guards {
         }
     }
 
+    /// Replaces every campaign's limits with `all` (a periodic re-read of the shared store).
+    pub fn replace_campaign_limits(&self, all: Vec<(String, CampaignLimits)>) {
+        let fresh: HashMap<String, CampaignLimits> =
+            all.into_iter().filter(|(_, l)| !l.is_empty()).collect();
+        let mut map = self.campaign_limits.write();
+        if *map != fresh {
+            *map = fresh;
+        }
+    }
+
     pub fn campaign_limits(&self, campaign: &str) -> CampaignLimits {
         self.campaign_limits
             .read()

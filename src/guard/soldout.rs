@@ -84,6 +84,16 @@ impl StockEntry {
         }
     }
 
+    /// Users recorded as holders.
+    pub fn holder_count(&self) -> usize {
+        self.holders.read().len()
+    }
+
+    /// Published as active with nothing left: the fast path is on.
+    pub fn is_sold_out(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == SELLING
+    }
+
     /// Remaining stock as last published.
     pub fn remaining(&self) -> u64 {
         self.state.load(Ordering::SeqCst) & !SELLING

@@ -13,8 +13,10 @@
 mod admin;
 mod conn;
 mod keys;
+mod ratelimit;
 mod scripts;
 mod sentinel;
+mod stock;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,9 @@ use redis::AsyncCommands;
 
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
+pub use ratelimit::RedisLimiter;
 pub use scripts::Scripts;
+pub use stock::StockKeeper;
 
 use crate::backend::Backend;
 use crate::domain::{
@@ -46,6 +50,8 @@ pub struct ScaleOutOptions {
     /// Run the order pipeline inside this process (otherwise a `seckill worker` must run).
     pub run_worker: bool,
     pub pipeline: PipelineOptions,
+    /// Longest a stale "sold out" outlives a restock whose announcement was lost.
+    pub stock_max_staleness: Duration,
 }
 
 pub struct ScaleOut {
@@ -54,7 +60,13 @@ pub struct ScaleOut {
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
     worker: tokio::sync::Mutex<Option<Worker>>,
+    limiter: Arc<RedisLimiter>,
+    stock: Arc<StockKeeper>,
 }
+
+/// How often each instance re-reads every campaign's rate limits from the ledger: the
+/// longest a `PUT …/limits` through one instance takes to apply on the others.
+pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
 
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,12 +83,19 @@ impl ScaleOut {
         let mut redis = RedisConn::connect(&opts.redis).await?;
         let scripts = Arc::new(Scripts::default());
         scripts.load(&mut redis).await?;
+        let limiter = Arc::new(RedisLimiter::new(redis.clone()));
+        limiter.load().await?;
+        let stock = StockKeeper::new(redis.clone());
+        stock.spawn_refresher(opts.stock_max_staleness);
+        stock.spawn_subscriber(&opts.redis);
         let me = Arc::new(Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
             worker: tokio::sync::Mutex::new(None),
+            limiter,
+            stock,
         });
         for id in ledger.campaign_ids().await? {
             me.reconcile(&id).await.map_err(|e| {
@@ -145,6 +164,25 @@ impl ScaleOut {
         }))
     }
 
+    /// Tells the stock board what a claim script answered (see [`stock`]).
+    async fn note_stock(&self, id: &str, user: &str, a: &ClaimAnswer) {
+        match (a.outcome, a.remaining) {
+            (crate::domain::Outcome::Won, _) => self.stock.won(id, user),
+            (crate::domain::Outcome::SoldOut, Some(remaining)) => {
+                let facts = async {
+                    let v = self.gate_view(id).await.ok().flatten()?;
+                    Some(crate::guard::soldout::StockFacts {
+                        per_user_limit: v.per_user_limit,
+                        starts_at: v.starts_at,
+                        ends_at: v.ends_at,
+                    })
+                };
+                self.stock.sold_out(id, remaining, facts).await;
+            }
+            _ => {}
+        }
+    }
+
     /// Orders answered `won` but not yet in the ledger, over every campaign.
     pub async fn lag(&self) -> anyhow::Result<u64> {
         pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
@@ -188,12 +226,28 @@ impl Backend for ScaleOut {
             .map_err(|e| Error::unavailable("reading rate limits failed", e))
     }
 
+    fn rate_limiter(&self) -> Option<Arc<dyn crate::guard::rate::RateLimiter>> {
+        Some(self.limiter.clone())
+    }
+
+    fn limits_refresh(&self) -> Option<Duration> {
+        Some(LIMITS_REFRESH)
+    }
+
     async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
-        self.restock_campaign(id, restock).await
+        let view = self.restock_campaign(id, restock).await?;
+        self.stock.changed(id).await;
+        Ok(view)
     }
 
     async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error> {
-        self.change_status(id, status).await
+        let view = self.change_status(id, status).await?;
+        self.stock.changed(id).await;
+        Ok(view)
+    }
+
+    fn stock_board(&self) -> Option<Arc<crate::guard::soldout::StockBoard>> {
+        Some(self.stock.board())
     }
 
     async fn claim(
@@ -227,7 +281,10 @@ impl Backend for ScaleOut {
                     )
                 })?;
             match claimed {
-                Claimed::Answer(a) => return Ok(a),
+                Claimed::Answer(a) => {
+                    self.note_stock(id, &req.user_id, &a).await;
+                    return Ok(a);
+                }
                 Claimed::Missing if attempt == 0 => self.install_from_ledger(id).await?,
                 Claimed::Missing => break,
             }
@@ -250,7 +307,9 @@ impl Backend for ScaleOut {
     }
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
-        self.cancel_order(order_id).await
+        let order = self.cancel_order(order_id).await?;
+        self.stock.changed(&order.campaign_id).await;
+        Ok(order)
     }
 
     async fn health(&self) -> Result<(), Error> {

@@ -4,6 +4,7 @@
 
 mod cancel;
 mod cluster;
+mod guards;
 mod outages;
 mod pipeline;
 mod poison;
