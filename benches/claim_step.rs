@@ -6,8 +6,11 @@
 //!   lookup, lock, decide, SQLite group commit, answer), one at a time (latency of one durable
 //!   claim, dominated by the commit) and 256 in flight (what group commit buys).
 //!
-//! The Redis claim step (the Lua script through the scale-out engine) belongs in a
-//! `redis/claim` group here once the scale-out engine is in this tree; it is not faked.
+//! - `redis/*`: the scale-out claim step: `claim.lua` by SHA through the engine's script layer
+//!   (decide, decrement, record the user, XADD the order) on a throwaway `redis-server` this
+//!   bench starts on a free port without persistence; one at a time (one round trip) and 50 in
+//!   flight on the engine's multiplexed connection (the `redis-benchmark -c 50` shape).
+//!   Needs `redis-server` on PATH (`apt-get install redis-server`); panics with that hint.
 //!
 //! Run: `cargo bench --bench claim_step` (add `-- decide` to run one group).
 
@@ -18,6 +21,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use futures::future::join_all;
 use seckill::backend::Backend;
 use seckill::domain::{ClaimRequest, Kind, NewCampaign, Status, Supply};
+use seckill::engine::redis::{RedisConn, RedisTarget, Scripts};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::{Embedded, EmbeddedOptions};
 
@@ -121,5 +125,87 @@ fn embedded(c: &mut Criterion) {
     rt.block_on(engine.shutdown());
 }
 
-criterion_group!(benches, decide, embedded);
+/// A `redis-server` without persistence on a free loopback port, killed on drop.
+struct ThrowawayRedis {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl ThrowawayRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is needed for the redis benches: apt-get install redis-server");
+        let server = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        drop(server);
+        panic!("redis-server did not start on port {port}");
+    }
+}
+
+impl Drop for ThrowawayRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn redis(c: &mut Criterion) {
+    let server = ThrowawayRedis::start();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let scripts = Arc::new(Scripts::default());
+    let conn = rt.block_on(async {
+        let target = RedisTarget {
+            urls: vec![format!("redis://127.0.0.1:{}", server.port)],
+            cluster: false,
+            sentinel_master: None,
+        };
+        let mut conn = RedisConn::connect(&target).await.expect("connects");
+        scripts.load(&mut conn).await.expect("scripts load");
+        let hot = CampaignState::new(def(1), 1_000_000_000, vec![], Status::Active);
+        let installed = scripts.install(&mut conn, &hot, 1, &[]).await;
+        assert!(installed.expect("install answers"), "campaign installed");
+        conn
+    });
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let claim = || {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (scripts, mut conn) = (scripts.clone(), conn.clone());
+        async move {
+            let user = format!("u{n}");
+            let answer = scripts.claim(&mut conn, "bench", &user, 1, None, 60).await;
+            std::hint::black_box(answer.expect("claim answers"))
+        }
+    };
+    let mut g = c.benchmark_group("redis");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("claim_one_at_a_time", |b| b.to_async(&rt).iter(&claim));
+    g.throughput(Throughput::Elements(50));
+    g.bench_function("claim_50_in_flight", |b| {
+        b.to_async(&rt).iter(|| join_all((0..50).map(|_| claim())))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decide, embedded, redis);
 criterion_main!(benches);
