@@ -1,9 +1,11 @@
 //! Scale-out tests beyond the conformance suite: several real `seckill serve` processes on one
 //! Redis and one PostgreSQL, a SIGKILLed worker, a PostgreSQL outage, a Redis kill -9 with
-//! AOF, a Redis Cluster, poison orders and rebuilding the gate from the ledger.
+//! AOF, a Redis Cluster, poison orders, rebuilding the gate from the ledger, and the rate
+//! limiter failing open.
 
 mod cancel;
 mod cluster;
+mod fail_open;
 mod guards;
 mod outages;
 mod pipeline;
