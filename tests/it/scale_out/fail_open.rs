@@ -1,9 +1,10 @@
 //! The scale-out rate limiter fails open: when its Redis script errors, the claim is let
 //! through to the gate (which still enforces stock and per-user limits) instead of failing.
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::json;
 
+use super::guards::put_limits_everywhere;
 use super::procs::Seckill;
 use crate::guards::claim_raw;
 use crate::servers::{pg, redis_raw, RedisServer};
@@ -17,15 +18,7 @@ async fn limiter_errors_let_claims_through_to_the_gate() {
     c.create_campaign(&json!({"id": "open", "stock": 100, "per_user_limit": 3}))
         .await
         .unwrap();
-    let (s, body) = c
-        .admin(
-            Method::PUT,
-            "/v1/campaigns/open/limits",
-            Some(&json!({"per_user": "1/h"})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(s, 200, "{body}");
+    put_limits_everywhere(&c, &c, "open", json!({"per_user": "1/h"})).await;
     let base = c.url("");
     let claim = |user: &'static str| claim_raw(&base, "open", json!({"user_id": user}), &[]);
 

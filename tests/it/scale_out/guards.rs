@@ -16,7 +16,12 @@ use crate::guards::{claim_raw, sample};
 use crate::servers::{pg, RedisServer};
 
 /// Sets a campaign's limits through `via` and waits until `other` applies them too.
-async fn put_limits_everywhere(via: &Client, other: &Client, campaign: &str, limits: Value) {
+pub(super) async fn put_limits_everywhere(
+    via: &Client,
+    other: &Client,
+    campaign: &str,
+    limits: Value,
+) {
     let path = format!("/v1/campaigns/{campaign}/limits");
     let (s, stored) = via.admin(Method::PUT, &path, Some(&limits)).await.unwrap();
     assert_eq!(s, 200, "{stored}");
