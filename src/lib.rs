@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod faults;
 pub mod guard;
 pub mod http;
 pub mod ledger;

@@ -22,6 +22,11 @@ pub enum Error {
     /// The engine or ledger failed; nothing was changed (503 `internal`, with Retry-After).
     #[error("{0}")]
     Unavailable(String),
+    /// The request may or may not have taken effect: the ledger failed while committing it
+    /// (503 `internal`, `Retry-After`, and `Seckill-Outcome: unknown`). A retry with the same
+    /// Idempotency-Key answers what really happened.
+    #[error("{0}")]
+    OutcomeUnknown(String),
 }
 
 impl Error {
@@ -35,6 +40,14 @@ impl Error {
 
     pub fn order_not_found(id: &str) -> Self {
         Error::NotFound(format!("order '{id}' does not exist"))
+    }
+
+    /// A write the ledger refused outright (disk full, ledger closed): nothing was changed.
+    /// Not logged here: the writer logs the fault once, not once per request.
+    pub fn not_committed(reason: &str) -> Self {
+        Error::Unavailable(format!(
+            "the change could not be committed to the ledger ({reason}); nothing was changed, retry later"
+        ))
     }
 
     /// Wraps an infrastructure failure; the detail goes to the log, not to the client.

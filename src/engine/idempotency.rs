@@ -11,9 +11,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use crate::domain::{ClaimAnswer, Error};
+use crate::ledger::{CommitError, CommitFault};
 
-/// What waiters receive: the answer, or the reason it could not be made durable.
-pub type Settled = Option<Result<ClaimAnswer, String>>;
+/// What waiters receive: the answer, or why it could not be made durable.
+pub type Settled = Option<Result<ClaimAnswer, CommitError>>;
 
 pub enum Slot {
     Pending(watch::Receiver<Settled>),
@@ -56,6 +57,19 @@ pub async fn wait(mut rx: watch::Receiver<Settled>) -> Result<ClaimAnswer, Error
         .map_err(|_| Error::Unavailable("the claim could not be completed; retry".into()))?;
     match settled.clone().expect("waited for Some") {
         Ok(answer) => Ok(answer),
-        Err(e) => Err(Error::unavailable("the order could not be committed", e)),
+        Err(e) => Err(commit_failed(e)),
+    }
+}
+
+/// The answer to a request whose write did not become durable: "nothing was changed" when
+/// that is certain, "outcome unknown" when the ledger failed mid-commit.
+pub fn commit_failed(e: CommitError) -> Error {
+    match e.fault {
+        CommitFault::Unknown => Error::OutcomeUnknown(format!(
+            "the ledger failed while committing this request ({}); it may or may not have \
+             taken effect: retry with the same Idempotency-Key, or read the state back",
+            e.reason
+        )),
+        _ => Error::not_committed(&e.reason),
     }
 }

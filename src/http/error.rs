@@ -7,6 +7,10 @@ use serde_json::json;
 
 use crate::domain::Error;
 
+/// Set on a 503 whose request may have taken effect (the ledger failed mid-commit); clients
+/// and the bench count it like a lost answer.
+pub const OUTCOME: HeaderName = HeaderName::from_static("seckill-outcome");
+
 /// An API error: status, stable code, human message.
 #[derive(Debug)]
 pub struct ApiError {
@@ -50,9 +54,16 @@ impl From<Error> for ApiError {
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "internal"),
+            Error::Unavailable(_) | Error::OutcomeUnknown(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "internal")
+            }
         };
-        Self::new(status, code, e.to_string())
+        let unknown = matches!(e, Error::OutcomeUnknown(_));
+        let err = Self::new(status, code, e.to_string());
+        if unknown {
+            return err.with_header(OUTCOME, HeaderValue::from_static("unknown"));
+        }
+        err
     }
 }
 

@@ -5,23 +5,84 @@
 //! ledger transaction and runs each job's completion callback with the result, in submission
 //! order. So durability costs one fsync per batch instead of one per claim, and the callbacks
 //! (not the HTTP handlers, which a client disconnect may drop) make the outcome take effect:
-//! confirm the answer, or undo the reservation when the commit failed.
+//! confirm the answer, or undo the reservation when nothing was written.
+//!
+//! Failures come in kinds ([`CommitFault`]), because the engine must react differently:
+//! - *not committed* (disk full, ledger closed): the reservations are undone and the writer is
+//!   [`WriterHealth::Unwritable`] until a batch (or, when idle, a probe every second) commits
+//!   again — the service lives through a full disk and resumes by itself. The fault is logged
+//!   once when it starts and once when it ends, not once per request.
+//! - *unknown* (an I/O error at COMMIT, a panic while writing) or *diverged* (the ledger holds an
+//!   order id the engine was about to hand out): the engine's memory can no longer be trusted.
+//!   The writer bumps its **epoch** and turns [`WriterHealth::Recovering`]; every job decided on
+//!   state of an older epoch is refused unwritten (*stale*), and nothing is acknowledged until
+//!   the engine has re-read its state from the ledger and called [`GroupCommit::recovered`].
+//!   This is how PostgreSQL treats a failed fsync: never retry blindly, re-read from disk.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{Ledger, LedgerWrite};
+use super::{Ledger, LedgerWrite, WriteFault};
+
+/// How a batch failed, as far as the engine must care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFault {
+    /// Nothing was written: undo the reservation.
+    NotCommitted,
+    /// Nothing was written, but the ledger contradicts memory; the engine is being re-read.
+    Diverged,
+    /// It may have been written; the engine is being re-read.
+    Unknown,
+    /// Decided on state that has since been re-read from the ledger; never written.
+    Stale,
+}
 
 /// Why a submitted write did not become durable. Cheap to clone: one result serves a batch.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("ledger commit failed: {0}")]
-pub struct CommitError(pub Arc<str>);
+#[error("ledger commit failed: {reason}")]
+pub struct CommitError {
+    pub fault: CommitFault,
+    pub reason: Arc<str>,
+}
+
+impl CommitError {
+    fn new(fault: CommitFault, reason: impl Into<Arc<str>>) -> Self {
+        Self {
+            fault,
+            reason: reason.into(),
+        }
+    }
+
+    /// True when the write was certainly not applied.
+    pub fn nothing_written(&self) -> bool {
+        self.fault != CommitFault::Unknown
+    }
+}
+
+/// Whether the writer can make writes durable right now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriterHealth {
+    Writable,
+    /// Batches fail without writing anything (typically a full disk).
+    Unwritable {
+        since: Instant,
+        reason: String,
+    },
+    /// A commit's outcome was unknown; nothing is acknowledged until the engine re-read.
+    Recovering {
+        reason: String,
+    },
+}
 
 type Callback = Box<dyn FnOnce(Result<(), CommitError>) + Send>;
 
 struct Job {
+    epoch: u64,
     writes: Vec<LedgerWrite>,
     done: Callback,
 }
@@ -39,47 +100,109 @@ pub struct CommitStats {
 pub struct GroupCommit {
     tx: mpsc::UnboundedSender<Job>,
     stats: Arc<CommitStats>,
+    epoch: Arc<AtomicU64>,
+    health: watch::Receiver<WriterHealth>,
+    recovered: Arc<watch::Sender<WriterHealth>>,
 }
 
 impl GroupCommit {
-    /// Starts the writer task on the current runtime.
+    /// Starts the writer task on the current runtime. If the task itself ever dies (a bug
+    /// outside the guarded ledger call), the process exits non-zero so that its supervisor
+    /// restarts it and recovery runs: claims must never wait on a writer that is gone.
     pub fn spawn(ledger: Arc<dyn Ledger>, max_batch: usize) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(CommitStats::default());
-        tokio::spawn(run(ledger, rx, max_batch.max(1), stats.clone()));
-        Self { tx, stats }
+        let epoch = Arc::new(AtomicU64::new(0));
+        let (health_tx, health) = watch::channel(WriterHealth::Writable);
+        let health_tx = Arc::new(health_tx);
+        let writer = Writer {
+            ledger,
+            max_batch: max_batch.max(1),
+            stats: stats.clone(),
+            epoch: epoch.clone(),
+            health: health_tx.clone(),
+        };
+        let task = tokio::spawn(writer.run(rx));
+        tokio::spawn(async move {
+            if let Err(e) = task.await {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "the ledger writer died; exiting so recovery runs on restart");
+                    std::process::exit(70);
+                }
+            }
+        });
+        Self {
+            tx,
+            stats,
+            epoch,
+            health,
+            recovered: health_tx,
+        }
     }
 
-    /// Queues `writes`; `done` runs on the writer task once they are committed or failed.
+    /// The current epoch: state decided now must be submitted with it.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Queues `writes`, decided on state of `epoch`; `done` runs on the writer task once they
+    /// are committed or failed.
     ///
     /// Never calls `done` inline, so it is safe to submit while holding a lock that `done`
     /// takes. Returns `Err` (and drops `done` uncalled) if the writer is gone.
     pub fn submit(
         &self,
+        epoch: u64,
         writes: Vec<LedgerWrite>,
         done: impl FnOnce(Result<(), CommitError>) + Send + 'static,
     ) -> Result<(), CommitError> {
         self.tx
             .send(Job {
+                epoch,
                 writes,
                 done: Box::new(done),
             })
-            .map_err(|_| CommitError("the ledger writer has stopped".into()))
+            .map_err(|_| {
+                CommitError::new(CommitFault::NotCommitted, "the ledger writer has stopped")
+            })
     }
 
     /// Submits `writes` and waits until they are durable.
-    pub async fn run(&self, writes: Vec<LedgerWrite>) -> Result<(), CommitError> {
+    pub async fn run(&self, epoch: u64, writes: Vec<LedgerWrite>) -> Result<(), CommitError> {
         let (tx, rx) = oneshot::channel();
-        self.submit(writes, move |res| {
+        self.submit(epoch, writes, move |res| {
             let _ = tx.send(res);
         })?;
-        rx.await
-            .map_err(|_| CommitError("the ledger writer has stopped".into()))?
+        rx.await.map_err(|_| {
+            CommitError::new(CommitFault::NotCommitted, "the ledger writer has stopped")
+        })?
     }
 
     /// Waits until everything submitted before this call has been committed.
     pub async fn flush(&self) -> Result<(), CommitError> {
-        self.run(Vec::new()).await
+        self.run(self.epoch(), Vec::new()).await
+    }
+
+    pub fn health(&self) -> WriterHealth {
+        self.health.borrow().clone()
+    }
+
+    /// Waits until the writer needs the engine re-read; returns the reason.
+    pub async fn needs_recovery(&self) -> Option<String> {
+        let mut rx = self.health.clone();
+        let h = rx
+            .wait_for(|h| matches!(h, WriterHealth::Recovering { .. }))
+            .await
+            .ok()?;
+        match &*h {
+            WriterHealth::Recovering { reason } => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    /// The engine's state was re-read at the current epoch: acknowledge again.
+    pub fn recovered(&self) {
+        self.recovered.send_replace(WriterHealth::Writable);
     }
 
     pub fn stats(&self) -> &CommitStats {
@@ -87,33 +210,160 @@ impl GroupCommit {
     }
 }
 
-async fn run(
+struct Writer {
     ledger: Arc<dyn Ledger>,
-    mut rx: mpsc::UnboundedReceiver<Job>,
     max_batch: usize,
     stats: Arc<CommitStats>,
-) {
-    let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
-    while rx.recv_many(&mut batch, max_batch).await > 0 {
-        let writes: Vec<&LedgerWrite> = batch.iter().flat_map(|j| j.writes.iter()).collect();
+    epoch: Arc<AtomicU64>,
+    health: Arc<watch::Sender<WriterHealth>>,
+}
+
+/// How often an idle, unwritable writer tries a write of its own.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Job>) {
+        let mut batch: Vec<Job> = Vec::with_capacity(self.max_batch);
+        loop {
+            let unwritable = matches!(*self.health.borrow(), WriterHealth::Unwritable { .. });
+            let got = if unwritable {
+                match tokio::time::timeout(PROBE_EVERY, rx.recv_many(&mut batch, self.max_batch))
+                    .await
+                {
+                    Ok(n) => n,
+                    Err(_) => {
+                        let probe = AssertUnwindSafe(self.ledger.probe()).catch_unwind().await;
+                        if matches!(probe, Ok(Ok(()))) {
+                            self.note(&Ok(()));
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                rx.recv_many(&mut batch, self.max_batch).await
+            };
+            if got == 0 {
+                break;
+            }
+            self.write(&mut batch).await;
+        }
+        tracing::debug!("ledger writer stopped");
+    }
+
+    /// Writes the jobs of the current epoch in one transaction and settles every job.
+    async fn write(&self, batch: &mut Vec<Job>) {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let recovering = matches!(*self.health.borrow(), WriterHealth::Recovering { .. });
+        let (current, stale): (Vec<Job>, Vec<Job>) = batch
+            .drain(..)
+            .partition(|j| j.epoch == epoch && !recovering);
+        for job in stale {
+            let err = CommitError::new(
+                CommitFault::Stale,
+                "the engine is re-reading its state from the ledger",
+            );
+            self.settle(job, Err(err));
+        }
+        let writes: Vec<&LedgerWrite> = current.iter().flat_map(|j| j.writes.iter()).collect();
         let result = if writes.is_empty() {
             Ok(())
         } else {
-            ledger.apply(&writes).await.map_err(|e| {
-                stats.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %format!("{e:#}"), writes = writes.len(), "ledger commit failed; undoing the batch");
-                CommitError(format!("{e:#}").into())
-            })
+            let applied = AssertUnwindSafe(self.ledger.apply(&writes))
+                .catch_unwind()
+                .await;
+            let result = match applied {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(classify(&e)),
+                Err(panic) => Err(CommitError::new(
+                    CommitFault::Unknown,
+                    format!("the ledger writer panicked: {}", panic_message(&panic)),
+                )),
+            };
+            self.stats.batches.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .writes
+                .fetch_add(writes.len() as u64, Ordering::Relaxed);
+            self.note(&result);
+            result
         };
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        stats
-            .writes
-            .fetch_add(writes.len() as u64, Ordering::Relaxed);
-        tracing::trace!(writes = writes.len(), jobs = batch.len(), "batch committed");
         drop(writes);
-        for job in batch.drain(..) {
-            (job.done)(result.clone());
+        for job in current {
+            self.settle(job, result.clone());
         }
     }
-    tracing::debug!("ledger writer stopped");
+
+    /// Runs a job's callback; a panic there leaves the engine's state unknown, so it is
+    /// treated like an unknown commit.
+    fn settle(&self, job: Job, result: Result<(), CommitError>) {
+        let done = job.done;
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || done(result))) {
+            self.note(&Err(CommitError::new(
+                CommitFault::Unknown,
+                format!("a commit callback panicked: {}", panic_message(&panic)),
+            )));
+        }
+    }
+
+    /// Moves the writer's health along after a batch; logs transitions only.
+    fn note(&self, result: &Result<(), CommitError>) {
+        match result {
+            Ok(()) => {
+                self.health.send_if_modified(|h| match h {
+                    WriterHealth::Unwritable { since, .. } => {
+                        tracing::info!(
+                            after_ms = since.elapsed().as_millis() as u64,
+                            "the ledger accepts writes again"
+                        );
+                        *h = WriterHealth::Writable;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            Err(e) => {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                match e.fault {
+                    CommitFault::NotCommitted => {
+                        self.health.send_if_modified(|h| match h {
+                            WriterHealth::Writable => {
+                                tracing::error!(reason = %e.reason, "the ledger cannot write; claims and admin changes answer 503 until it can (nothing is acknowledged meanwhile)");
+                                *h = WriterHealth::Unwritable {
+                                    since: Instant::now(),
+                                    reason: e.reason.to_string(),
+                                };
+                                true
+                            }
+                            _ => false,
+                        });
+                    }
+                    CommitFault::Unknown | CommitFault::Diverged => {
+                        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+                        tracing::error!(reason = %e.reason, fault = ?e.fault, epoch, "ledger commit failed with an unknown outcome or a contradiction; acknowledging nothing until the engine is re-read from the ledger");
+                        self.health.send_replace(WriterHealth::Recovering {
+                            reason: e.reason.to_string(),
+                        });
+                    }
+                    CommitFault::Stale => {}
+                }
+            }
+        }
+    }
+}
+
+fn classify(e: &anyhow::Error) -> CommitError {
+    let reason = format!("{e:#}");
+    let fault = match e.downcast_ref::<WriteFault>() {
+        Some(WriteFault::Unknown(_)) => CommitFault::Unknown,
+        Some(WriteFault::Diverged(_)) => CommitFault::Diverged,
+        Some(WriteFault::NotCommitted(_)) | None => CommitFault::NotCommitted,
+    };
+    CommitError::new(fault, reason)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
 }

@@ -1,9 +1,11 @@
 //! The ledger: the durable system of record for campaigns, orders and idempotency answers.
 //!
 //! A ledger applies batches of [`LedgerWrite`]s, each batch in one transaction, and answers the
-//! read queries of the API. Writes are idempotent where they can arrive twice (orders are
-//! inserted with `ON CONFLICT DO NOTHING` on the order id), so a replayed batch is harmless.
+//! read queries of the API. In the scale-out ledger, where the pipeline can deliver an order
+//! twice, order inserts are idempotent on the order id; the embedded ledger never replays, so
+//! there an existing order id is a fault (see `sqlite_writer`).
 
+mod dir_lock;
 mod group_commit;
 mod postgres;
 mod postgres_ops;
@@ -11,11 +13,14 @@ mod postgres_recovery;
 mod rows;
 mod sqlite;
 mod sqlite_recovery;
+mod sqlite_writer;
 
-pub use group_commit::{CommitError, GroupCommit};
+pub use dir_lock::DirLock;
+pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
 pub use postgres::PgLedger;
 pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
 pub use sqlite::SqliteLedger;
+pub use sqlite_writer::WriteFault;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -107,6 +112,12 @@ pub trait Ledger: Send + Sync + 'static {
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64>;
 
     async fn ping(&self) -> anyhow::Result<()>;
+
+    /// Commits a write that leaves no trace, to learn whether the ledger can write again
+    /// (tried every second while a full disk keeps batches failing).
+    async fn probe(&self) -> anyhow::Result<()> {
+        self.ping().await
+    }
 
     /// Every campaign's stored guard rate limits.
     async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>>;

@@ -4,6 +4,11 @@
 //! sees two writers and never answers SQLITE_BUSY; reads use a small pool of their own, which
 //! WAL lets run beside the writer. Orders are inserted with multi-row statements to keep a
 //! batch of a thousand claims down to a handful of statements.
+//!
+//! The data directory is locked for the process's lifetime (`dir_lock`), and the writer
+//! connection acknowledges nothing SQLite did not confirm (`sqlite_writer`). Orders are
+//! inserted without `ON CONFLICT`: a freshly decided order whose id the ledger already holds
+//! is a fault that stops the batch, never a silent no-op.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -16,24 +21,28 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
+use super::dir_lock::DirLock;
 use super::rows::{self, micros, OrderRow};
+use super::sqlite_writer::{statement_fault, WriteFault, Writer};
 use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
 use crate::domain::{CampaignLimits, Order};
+use crate::faults::{self, BatchFault};
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
 const ROWS_PER_INSERT: usize = 1000;
 
 pub struct SqliteLedger {
-    writer: Mutex<SqliteConnection>,
+    writer: Mutex<Writer>,
     readers: SqlitePool,
+    _lock: DirLock,
 }
 
 impl SqliteLedger {
     /// Opens (creating if needed) `<dir>/seckill.db` and runs the embedded migrations.
     /// `synchronous_full` makes every commit survive power loss, not only a process crash.
+    /// Fails at once if another process holds the directory.
     pub async fn open(dir: &Path, synchronous_full: bool) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        let lock = DirLock::acquire(dir)?;
         let path = dir.join("seckill.db");
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
@@ -54,12 +63,19 @@ impl SqliteLedger {
             .context("ledger migration failed")?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
-            .connect_with(opts.read_only(true))
+            .connect_with(opts.clone().read_only(true))
             .await?;
         Ok(Self {
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Writer::new(writer, opts)),
             readers,
+            _lock: lock,
         })
+    }
+
+    /// Closes the writer connection so the next use opens a fresh one (in-process recovery
+    /// after a commit whose outcome is unknown).
+    pub async fn reopen_writer(&self) {
+        self.writer.lock().await.discard();
     }
 }
 
@@ -78,7 +94,6 @@ async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow
                 .push_bind(o.state.as_str())
                 .push_bind(micros(o.created_at));
         });
-        qb.push(" ON CONFLICT (order_id) DO NOTHING");
         qb.build().execute(&mut *conn).await?;
     }
     Ok(())
@@ -231,23 +246,51 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
     }
 }
 
+/// Every write of one batch, inside the writer's open transaction.
+async fn write_batch(conn: &mut SqliteConnection, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
+    let mut orders = Vec::new();
+    let mut idem = Vec::new();
+    for w in writes {
+        match w {
+            LedgerWrite::Order(o) => orders.push(o),
+            LedgerWrite::Idem(r) => idem.push(r),
+            other => apply_one(conn, other).await?,
+        }
+    }
+    insert_orders(conn, &orders).await?;
+    insert_idem(conn, &idem).await
+}
+
 #[async_trait]
 impl Ledger for SqliteLedger {
+    /// Errors are [`WriteFault`]s: the group commit tells "nothing written" from "unknown".
     async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
-        let mut conn = self.writer.lock().await;
-        let mut tx = conn.begin().await?;
-        let mut orders = Vec::new();
-        let mut idem = Vec::new();
-        for w in writes {
-            match w {
-                LedgerWrite::Order(o) => orders.push(o),
-                LedgerWrite::Idem(r) => idem.push(r),
-                other => apply_one(&mut tx, other).await?,
+        let fault = faults::next_batch();
+        match fault {
+            BatchFault::Panic => panic!("injected ledger writer panic (SECKILL_FAULTS)"),
+            BatchFault::DiskFull => {
+                return Err(WriteFault::NotCommitted(
+                    "database or disk is full (injected by SECKILL_FAULTS)".into(),
+                )
+                .into())
             }
+            BatchFault::None | BatchFault::UnknownAfterCommit => {}
         }
-        insert_orders(&mut tx, &orders).await?;
-        insert_idem(&mut tx, &idem).await?;
-        tx.commit().await?;
+        let mut writer = self.writer.lock().await;
+        let conn = writer.begin().await?;
+        if let Err(e) = write_batch(conn, writes).await {
+            let fault = statement_fault(&e);
+            writer.roll_back().await;
+            return Err(fault.into());
+        }
+        writer.commit().await?;
+        if fault == BatchFault::UnknownAfterCommit {
+            writer.discard();
+            return Err(WriteFault::Unknown(
+                "disk I/O error after COMMIT (injected by SECKILL_FAULTS)".into(),
+            )
+            .into());
+        }
         Ok(())
     }
 
@@ -281,17 +324,40 @@ impl Ledger for SqliteLedger {
     }
 
     async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
-        let mut conn = self.writer.lock().await;
-        super::sqlite_recovery::snapshot(&mut conn, idem_since).await
+        let mut writer = self.writer.lock().await;
+        super::sqlite_recovery::snapshot(writer.conn().await?, idem_since).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
-        let mut conn = self.writer.lock().await;
+        let mut writer = self.writer.lock().await;
+        let conn = writer.conn().await?;
         let done = sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
             .bind(micros(before))
             .execute(&mut *conn)
             .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn probe(&self) -> anyhow::Result<()> {
+        let mut writer = self.writer.lock().await;
+        let conn = writer.begin().await?;
+        let wrote = async {
+            sqlx::query(
+                "INSERT INTO events (campaign_id, kind, detail, at) VALUES ('', 'probe', '', 0)",
+            )
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("DELETE FROM events WHERE kind = 'probe'")
+                .execute(&mut *conn)
+                .await
+        }
+        .await;
+        if let Err(e) = wrote {
+            writer.roll_back().await;
+            return Err(e.into());
+        }
+        writer.commit().await?;
+        Ok(())
     }
 
     async fn ping(&self) -> anyhow::Result<()> {

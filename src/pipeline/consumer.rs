@@ -100,7 +100,7 @@ impl Consumer {
         self.refresh().await;
         let reclaim_every =
             (self.opts.reclaim_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let mut reclaim = !self.reclaimed.is_some_and(|t| t.elapsed() < reclaim_every);
+        let mut reclaim = self.reclaimed.is_none_or(|t| t.elapsed() >= reclaim_every);
         if reclaim {
             self.reclaimed = Some(Instant::now());
         }

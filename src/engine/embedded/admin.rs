@@ -4,14 +4,15 @@
 //! before the change that allows it is on disk).
 
 use super::cell::Cell;
-use super::{commit_failed, Embedded};
+use super::Embedded;
 use crate::backend::Backend;
 use crate::domain::{
     now, parse_order_id, CampaignLimits, CampaignView, Error, NewCampaign, Order, OrderState,
     Restock, Status, Supply,
 };
+use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{CampaignDef, CampaignState};
-use crate::ledger::{CommitError, LedgerWrite};
+use crate::ledger::{CommitError, CommitFault, LedgerWrite};
 
 impl Embedded {
     pub(super) async fn create(&self, c: NewCampaign) -> Result<CampaignView, Error> {
@@ -29,24 +30,29 @@ impl Embedded {
             starts_at: c.starts_at,
             ends_at: c.ends_at,
         };
+        let epoch = self.commit.epoch();
         let total = c.total();
         let codes = match c.supply {
             Supply::Stock(_) => Vec::new(),
             Supply::Codes(codes) => codes,
         };
         self.commit
-            .run(vec![LedgerWrite::CreateCampaign {
-                def: def.clone(),
-                total,
-                codes: codes.clone(),
-                status: Status::Active,
-                at: now(),
-            }])
+            .run(
+                epoch,
+                vec![LedgerWrite::CreateCampaign {
+                    def: def.clone(),
+                    total,
+                    codes: codes.clone(),
+                    status: Status::Active,
+                    at: now(),
+                }],
+            )
             .await
             .map_err(commit_failed)?;
         let cell = Cell::new(
             CampaignState::new(def, total, codes, Status::Active),
             &self.board,
+            epoch,
         );
         let view = cell.view();
         self.campaigns.write().insert(c.id, cell);
@@ -79,12 +85,15 @@ impl Embedded {
             Restock::Codes(c) => (c.len() as u64, c.clone()),
         };
         self.commit
-            .run(vec![LedgerWrite::Restock {
-                campaign_id: id.to_owned(),
-                units,
-                codes,
-                at: now(),
-            }])
+            .run(
+                cell.epoch,
+                vec![LedgerWrite::Restock {
+                    campaign_id: id.to_owned(),
+                    units,
+                    codes,
+                    at: now(),
+                }],
+            )
             .await
             .map_err(commit_failed)?;
         let mut inner = cell.inner.lock();
@@ -122,7 +131,7 @@ impl Embedded {
                 at: now(),
             };
             self.commit
-                .submit(vec![write], move |r| {
+                .submit(cell.epoch, vec![write], move |r| {
                     let _ = tx.send(r);
                 })
                 .inspect_err(|_| {
@@ -132,9 +141,12 @@ impl Embedded {
                 .map_err(commit_failed)?;
             previous
         };
-        let committed = rx
-            .await
-            .unwrap_or_else(|_| Err(CommitError("the ledger writer has stopped".into())));
+        let committed = rx.await.unwrap_or_else(|_| {
+            Err(CommitError {
+                fault: CommitFault::NotCommitted,
+                reason: "the ledger writer has stopped".into(),
+            })
+        });
         let mut inner = cell.inner.lock();
         match committed {
             Ok(()) => {
@@ -168,10 +180,13 @@ impl Embedded {
         }
         let at = now();
         self.commit
-            .run(vec![LedgerWrite::Cancel {
-                order_id: order_id.to_owned(),
-                at,
-            }])
+            .run(
+                cell.epoch,
+                vec![LedgerWrite::Cancel {
+                    order_id: order_id.to_owned(),
+                    at,
+                }],
+            )
             .await
             .map_err(commit_failed)?;
         let codes = order.codes.clone().unwrap_or_default();
@@ -194,11 +209,14 @@ impl Embedded {
         let cell = self.cell(id)?;
         let _admin = cell.admin.lock().await;
         self.commit
-            .run(vec![LedgerWrite::Limits {
-                campaign_id: id.to_owned(),
-                limits,
-                at: now(),
-            }])
+            .run(
+                cell.epoch,
+                vec![LedgerWrite::Limits {
+                    campaign_id: id.to_owned(),
+                    limits,
+                    at: now(),
+                }],
+            )
             .await
             .map_err(commit_failed)?;
         tracing::info!(campaign = id, limits = %serde_json::json!(limits), "rate limits set");

@@ -20,10 +20,13 @@ pub(super) struct Cell {
     pub(super) admin: tokio::sync::Mutex<()>,
     /// This campaign on the guard's stock board; written under `inner`'s lock.
     pub(super) signal: Arc<StockEntry>,
+    /// The group commit's epoch this state was built in; every write decided on it is
+    /// submitted with it, so nothing decided before an in-process recovery is ever written.
+    pub(super) epoch: u64,
 }
 
 impl Cell {
-    pub(super) fn new(state: CampaignState, board: &StockBoard) -> Arc<Self> {
+    pub(super) fn new(state: CampaignState, board: &StockBoard, epoch: u64) -> Arc<Self> {
         let def = &state.def;
         let signal = board.register(
             &def.id,
@@ -41,6 +44,7 @@ impl Cell {
             }),
             admin: tokio::sync::Mutex::new(()),
             signal,
+            epoch,
         })
     }
 

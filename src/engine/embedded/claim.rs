@@ -6,13 +6,13 @@ use chrono::Utc;
 use tokio::sync::watch;
 
 use super::cell::{Cell, Inner};
-use super::{commit_failed, Embedded};
+use super::Embedded;
 use crate::domain::{
     now, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind, Order, OrderState,
 };
-use crate::engine::idempotency::{self, Slot};
+use crate::engine::idempotency::{self, commit_failed, Slot};
 use crate::engine::state::{Decision, Reservation};
-use crate::ledger::{CommitError, IdemRecord, LedgerWrite};
+use crate::ledger::{CommitError, CommitFault, IdemRecord, LedgerWrite};
 
 impl Embedded {
     pub(super) async fn decide_and_commit(
@@ -83,20 +83,20 @@ impl Embedded {
                     settle(
                         &cell,
                         &mut inner,
-                        result.is_ok(),
+                        result.as_ref().err(),
                         reservation.as_ref(),
                         idem,
                         &answer,
                         now,
                     );
-                    let _ = tx.send(Some(result.map(|()| answer).map_err(|e| e.to_string())));
+                    let _ = tx.send(Some(result.map(|()| answer)));
                 }
             };
-            if let Err(e) = self.commit.submit(writes, on_commit) {
+            if let Err(e) = self.commit.submit(cell.epoch, writes, on_commit) {
                 settle(
                     &cell,
                     &mut inner,
-                    false,
+                    Some(&e),
                     reservation.as_ref(),
                     idem,
                     &answer,
@@ -110,20 +110,25 @@ impl Embedded {
     }
 }
 
-/// Makes a decision final (commit succeeded) or undoes it (commit failed).
+/// Makes a decision final (commit succeeded) or undoes it (nothing was written). After an
+/// unknown or contradicted commit it touches nothing: this state is about to be replaced by
+/// the one re-read from the ledger, which alone knows whether the order exists.
 fn settle(
     cell: &Cell,
     inner: &mut Inner,
-    committed: bool,
+    failed: Option<&CommitError>,
     reservation: Option<&Reservation>,
     idem: Option<(String, String)>,
     answer: &ClaimAnswer,
     at: chrono::DateTime<Utc>,
 ) {
-    if committed {
+    let Some(failed) = failed else {
         if let Some((user, key)) = idem {
             inner.idem.insert(user, key, Slot::Done(answer.clone(), at));
         }
+        return;
+    };
+    if failed.fault != CommitFault::NotCommitted {
         return;
     }
     if let Some(r) = reservation {

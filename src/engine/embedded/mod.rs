@@ -34,8 +34,9 @@ use crate::domain::{
     parse_order_id, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::engine::idempotency::commit_failed;
 use crate::guard::soldout::StockBoard;
-use crate::ledger::{CommitError, GroupCommit, Ledger, SqliteLedger};
+use crate::ledger::{GroupCommit, Ledger, SqliteLedger, WriterHealth};
 
 /// Settings of the embedded deployment.
 #[derive(Debug, Clone)]
@@ -69,44 +70,15 @@ pub struct Embedded {
     idempotency_ttl: chrono::Duration,
 }
 
-fn commit_failed(e: CommitError) -> Error {
-    Error::unavailable("the change could not be committed to the ledger", e)
-}
-
 impl Embedded {
-    /// Opens the ledger in `opts.data_dir` and rebuilds every campaign's state from it.
+    /// Opens the ledger in `opts.data_dir` (locking the directory: a second process on it
+    /// fails here) and rebuilds every campaign's state from it.
     pub async fn open(opts: EmbeddedOptions) -> anyhow::Result<Arc<Self>> {
         let ledger = Arc::new(SqliteLedger::open(&opts.data_dir, opts.synchronous_full).await?);
         let ttl = chrono::Duration::from_std(opts.idempotency_ttl)?;
-        let mut campaigns = HashMap::new();
         let board = StockBoard::new();
-        for stored in ledger.snapshot(Utc::now() - ttl).await? {
-            let state = CampaignState::recover(
-                stored.def.clone(),
-                stored.total,
-                stored.codes,
-                stored.status,
-                &stored.active,
-                stored.max_seq,
-            );
-            let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
-            let cell = Cell::new(state, &board);
-            for user in holders {
-                cell.signal.add_holder(user);
-            }
-            {
-                let mut inner = cell.inner.lock();
-                for r in stored.idem {
-                    inner
-                        .idem
-                        .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
-                }
-                let v = inner.state.view();
-                tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
-            }
-            campaigns.insert(stored.def.id, cell);
-        }
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
+        let campaigns = load_cells(&ledger, &board, ttl, commit.epoch()).await?;
         let me = Arc::new(Self {
             campaigns: RwLock::new(campaigns),
             board,
@@ -116,7 +88,33 @@ impl Embedded {
             idempotency_ttl: ttl,
         });
         tokio::spawn(prune_loop(Arc::downgrade(&me)));
+        tokio::spawn(recovery_loop(Arc::downgrade(&me)));
         Ok(me)
+    }
+
+    /// Replaces every campaign's state by the one re-read from the ledger, after a commit
+    /// whose outcome was unknown. Claims meanwhile answer 503 (their writes are stale).
+    async fn recover(&self, reason: &str) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
+        let _no_creates = self.create.lock().await;
+        self.ledger.reopen_writer().await;
+        let cells = load_cells(
+            &self.ledger,
+            &self.board,
+            self.idempotency_ttl,
+            self.commit.epoch(),
+        )
+        .await?;
+        let n = cells.len();
+        *self.campaigns.write() = cells;
+        self.commit.recovered();
+        tracing::warn!(
+            campaigns = n,
+            took_ms = started.elapsed().as_millis() as u64,
+            reason,
+            "engine state re-read from the ledger; acknowledging again"
+        );
+        Ok(())
     }
 
     fn cell(&self, id: &str) -> Result<Arc<Cell>, Error> {
@@ -138,6 +136,62 @@ impl Embedded {
         match self.ledger.prune_idempotency(cutoff).await {
             Ok(rows) => tracing::debug!(dropped, rows, "idempotency answers pruned"),
             Err(e) => tracing::warn!(error = %e, "pruning idempotency answers failed"),
+        }
+    }
+}
+
+/// Builds every campaign's cell from the ledger, at the group commit's `epoch`.
+async fn load_cells(
+    ledger: &SqliteLedger,
+    board: &StockBoard,
+    idempotency_ttl: chrono::Duration,
+    epoch: u64,
+) -> anyhow::Result<HashMap<String, Arc<Cell>>> {
+    let mut campaigns = HashMap::new();
+    for stored in ledger.snapshot(Utc::now() - idempotency_ttl).await? {
+        let state = CampaignState::recover(
+            stored.def.clone(),
+            stored.total,
+            stored.codes,
+            stored.status,
+            &stored.active,
+            stored.max_seq,
+        );
+        let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
+        let cell = Cell::new(state, board, epoch);
+        for user in holders {
+            cell.signal.add_holder(user);
+        }
+        {
+            let mut inner = cell.inner.lock();
+            for r in stored.idem {
+                inner
+                    .idem
+                    .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
+            }
+            let v = inner.state.view();
+            tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
+        }
+        campaigns.insert(stored.def.id, cell);
+    }
+    Ok(campaigns)
+}
+
+/// Waits for the writer to ask for an in-process recovery and performs it, retrying every
+/// second while the ledger cannot be read.
+async fn recovery_loop(me: std::sync::Weak<Embedded>) {
+    loop {
+        let commit = match me.upgrade() {
+            Some(me) => me.commit.clone(),
+            None => return,
+        };
+        let Some(reason) = commit.needs_recovery().await else {
+            return;
+        };
+        let Some(me) = me.upgrade() else { return };
+        if let Err(e) = me.recover(&reason).await {
+            tracing::error!(error = %format!("{e:#}"), "re-reading the ledger failed; retrying in 1 s");
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 }
@@ -199,6 +253,20 @@ impl Backend for Embedded {
     }
 
     async fn health(&self) -> Result<(), Error> {
+        match self.commit.health() {
+            WriterHealth::Writable => {}
+            WriterHealth::Unwritable { since, reason } => {
+                return Err(Error::Unavailable(format!(
+                    "the ledger is unwritable since {} s ago ({reason}); claims and admin changes answer 503, reads work",
+                    since.elapsed().as_secs()
+                )))
+            }
+            WriterHealth::Recovering { reason } => {
+                return Err(Error::Unavailable(format!(
+                    "re-reading the engine's state from the ledger after a failed commit ({reason})"
+                )))
+            }
+        }
         self.ledger
             .ping()
             .await

@@ -173,7 +173,7 @@ fn decide(fault: Fault, c: &mut Camp, user: &str, qty: u64) -> ClaimAnswer {
     c.wins += 1;
     let order_id = format!("{}-{}", c.view.id, c.seq);
     let codes = (c.view.kind == Kind::Codes).then(|| {
-        let reuse = fault == Fault::CodeTwice && c.wins % 10 == 0;
+        let reuse = fault == Fault::CodeTwice && c.wins.is_multiple_of(10);
         if !reuse {
             c.next_code += 1;
         }
@@ -194,14 +194,14 @@ fn decide(fault: Fault, c: &mut Camp, user: &str, qty: u64) -> ClaimAnswer {
         created_at: chrono::Utc::now(),
         cancelled_at: None,
     };
-    if fault == Fault::WrongUser && c.wins % 5 == 0 {
+    if fault == Fault::WrongUser && c.wins.is_multiple_of(5) {
         order.user_id = format!("someone-else-{}", c.wins);
     }
     let visible = match fault {
         Fault::SlowLedger => Instant::now() + Duration::from_millis(300),
         _ => Instant::now(),
     };
-    if fault == Fault::LoseOrder && c.wins % 7 == 0 {
+    if fault == Fault::LoseOrder && c.wins.is_multiple_of(7) {
         c.view.remaining += qty;
         c.held.remove(user);
     } else {
@@ -213,7 +213,7 @@ fn decide(fault: Fault, c: &mut Camp, user: &str, qty: u64) -> ClaimAnswer {
         codes,
         ..ClaimAnswer::bare(Outcome::Won)
     };
-    if fault == Fault::Phantom && c.claims % 10 == 0 {
+    if fault == Fault::Phantom && c.claims.is_multiple_of(10) {
         return ClaimAnswer::bare(Outcome::AlreadyClaimed);
     }
     answer

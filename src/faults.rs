@@ -1,0 +1,98 @@
+//! Storage faults a test can inject into a real `seckill serve` process.
+//!
+//! Some faults cannot be produced from outside on every machine: an I/O error that SQLite
+//! reports *after* its COMMIT reached the file, a panic inside the ledger writer, or (where
+//! mounting a small filesystem is refused) a full disk. The integration tests set the hidden
+//! `SECKILL_FAULTS` variable to make the ledger writer behave as if that happened, at the exact
+//! place the real fault would surface, so the recovery code under test is the production code.
+//!
+//! `SECKILL_FAULTS` is a comma-separated list; unset (the normal case) every check is one
+//! relaxed atomic load:
+//!
+//! | entry | effect |
+//! | --- | --- |
+//! | `commit_unknown_after=N` | the N-th non-empty batch commits, then reports an I/O error |
+//! | `writer_panic_after=N` | the N-th non-empty batch panics before it is written |
+//! | `disk_full_while=PATH` | while PATH exists, every batch fails as SQLite's `SQLITE_FULL` |
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+#[derive(Debug, Default)]
+struct Faults {
+    commit_unknown_after: Option<u64>,
+    writer_panic_after: Option<u64>,
+    disk_full_while: Option<PathBuf>,
+}
+
+static FAULTS: OnceLock<Faults> = OnceLock::new();
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+
+fn faults() -> &'static Faults {
+    FAULTS.get_or_init(|| parse(&std::env::var("SECKILL_FAULTS").unwrap_or_default()))
+}
+
+fn parse(spec: &str) -> Faults {
+    let mut f = Faults::default();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, value) = entry.split_once('=').unwrap_or((entry, ""));
+        match name {
+            "commit_unknown_after" => f.commit_unknown_after = value.parse().ok(),
+            "writer_panic_after" => f.writer_panic_after = value.parse().ok(),
+            "disk_full_while" => f.disk_full_while = Some(PathBuf::from(value)),
+            _ => tracing::warn!(entry, "unknown SECKILL_FAULTS entry ignored"),
+        }
+    }
+    if !spec.trim().is_empty() {
+        tracing::warn!(?f, "storage fault injection is on (a test hook)");
+    }
+    f
+}
+
+/// What the ledger writer should pretend for the batch it is about to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchFault {
+    None,
+    /// Write and commit the batch, then report an I/O error (an ambiguous commit).
+    UnknownAfterCommit,
+    /// Panic before writing anything.
+    Panic,
+    /// Fail before writing anything, as SQLite does when the disk is full.
+    DiskFull,
+}
+
+/// Called once per non-empty batch by the ledger writer.
+pub fn next_batch() -> BatchFault {
+    let f = faults();
+    if f.commit_unknown_after.is_none()
+        && f.writer_panic_after.is_none()
+        && f.disk_full_while.is_none()
+    {
+        return BatchFault::None;
+    }
+    let n = BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
+    if f.disk_full_while.as_ref().is_some_and(|p| p.exists()) {
+        return BatchFault::DiskFull;
+    }
+    if f.writer_panic_after == Some(n) {
+        return BatchFault::Panic;
+    }
+    if f.commit_unknown_after == Some(n) {
+        return BatchFault::UnknownAfterCommit;
+    }
+    BatchFault::None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_entries_and_ignores_unknown_ones() {
+        let f = parse("commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope");
+        assert_eq!(f.commit_unknown_after, Some(3));
+        assert_eq!(f.writer_panic_after, None);
+        assert_eq!(f.disk_full_while, Some(PathBuf::from("/tmp/f")));
+    }
+}

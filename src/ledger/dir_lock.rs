@@ -1,0 +1,76 @@
+//! One writer per data directory.
+//!
+//! Two embedded servers on one directory (two containers on one volume, a restart while the old
+//! process still drains, a second `seckill serve` typed by hand) would each believe they own
+//! the stock and both answer `won` for the same units. Like PostgreSQL's `postmaster.pid` and
+//! the file locks of LMDB and bbolt, the ledger takes an exclusive OS lock on
+//! `<data>/seckill.lock` before it reads anything and holds it for the life of the process.
+//! It is a `flock`, so the kernel drops it with the process, kill -9 included: a crash never
+//! leaves a stale lock behind. The holder writes its pid into the file so the refusal can name
+//! it.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Held for as long as the process owns the data directory.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    pub path: PathBuf,
+}
+
+impl DirLock {
+    /// Locks `<dir>/seckill.lock`, or fails naming the process that holds it.
+    pub fn acquire(dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        let path = dir.join("seckill.lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let holder = if holder.is_empty() { "unknown" } else { holder };
+                anyhow::bail!(
+                    "data directory {} is in use by another seckill process (pid {holder}); \
+                     stop it first, or give this one its own --data",
+                    dir.display()
+                );
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
+        }
+        file.set_len(0)?;
+        file.seek(SeekFrom::Start(0))?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(Self { _file: file, path })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_the_same_directory_is_refused_until_the_first_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirLock::acquire(dir.path()).unwrap();
+        let err = DirLock::acquire(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("in use by another seckill process"), "{err}");
+        assert!(err.contains(&std::process::id().to_string()), "{err}");
+        drop(first);
+        DirLock::acquire(dir.path()).unwrap();
+    }
+}
