@@ -17,6 +17,14 @@ pub enum ClaimReply {
     Refused(StatusCode, Value),
 }
 
+impl ClaimReply {
+    /// A 503 that says the claim may have been processed (the ledger failed mid-commit):
+    /// like a lost answer, its order may exist.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, ClaimReply::Refused(_, body) if body["error"]["outcome"] == "unknown")
+    }
+}
+
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,

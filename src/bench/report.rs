@@ -78,6 +78,8 @@ pub struct BenchReport {
     pub non_2xx: BTreeMap<u16, u64>,
     pub bad_bodies: u64,
     pub transport_errors: u64,
+    /// 503s whose claim may have been processed (the server's ledger failed mid-commit).
+    pub unknown_outcomes: u64,
     pub connects: u64,
     /// CPU the bench process used during the storm, in % of one core (Linux only).
     pub generator_cpu_percent: Option<f64>,
@@ -130,6 +132,9 @@ impl BenchReport {
             self.non_2xx.values().sum::<u64>()
         )?;
         writeln!(out, "Transport errors:       {}", self.transport_errors)?;
+        if self.unknown_outcomes > 0 {
+            writeln!(out, "Outcome unknown (503):  {}", self.unknown_outcomes)?;
+        }
         if let Some(cpu) = self.generator_cpu_percent {
             writeln!(out, "Generator CPU:          {cpu:.0}% of one core")?;
         }

@@ -55,6 +55,8 @@ pub struct Tally {
     pub bad_bodies: u64,
     /// Requests with no HTTP answer (connect error, reset, timeout): their fate is unknown.
     pub transport_errors: u64,
+    /// 503s that said the claim may have been processed (`"outcome": "unknown"`).
+    pub unknown_outcomes: u64,
     pub wins: Vec<Win>,
     pub keyed: Vec<Keyed>,
     /// Send time of the latest qty-1 claim answered `sold_out`.
@@ -74,6 +76,7 @@ impl Tally {
             refused: BTreeMap::new(),
             bad_bodies: 0,
             transport_errors: 0,
+            unknown_outcomes: 0,
             wins: Vec::new(),
             keyed: Vec::new(),
             last_sold_out_sent: None,
@@ -91,6 +94,7 @@ impl Tally {
         }
         self.bad_bodies += o.bad_bodies;
         self.transport_errors += o.transport_errors;
+        self.unknown_outcomes += o.unknown_outcomes;
         self.wins.extend(o.wins);
         self.keyed.extend(o.keyed);
         self.last_sold_out_sent = self.last_sold_out_sent.max(o.last_sold_out_sent);
@@ -240,6 +244,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
         if resp.status != hyper::StatusCode::OK {
             *t.refused.entry(resp.status.as_u16()).or_default() += 1;
             live.errors.fetch_add(1, Ordering::Relaxed);
+            if says_outcome_unknown(&resp.body) {
+                t.unknown_outcomes += 1;
+            }
             continue;
         }
         let Ok(answer) = serde_json::from_slice::<ClaimAnswer>(&resp.body) else {
@@ -293,4 +300,10 @@ pub fn corrected(
     }
     let interval_us = elapsed.as_micros() as u64 * connections as u64 / answered;
     tally.latency.clone_correct(interval_us.max(1))
+}
+
+/// True for an error body that says the request may have taken effect.
+fn says_outcome_unknown(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v["error"]["outcome"] == "unknown")
 }

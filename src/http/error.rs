@@ -19,6 +19,9 @@ pub struct ApiError {
     pub message: String,
     /// Extra headers; they replace the defaults (e.g. a computed `Retry-After`).
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The request may have taken effect: the body says `"outcome": "unknown"` and the
+    /// `Seckill-Outcome: unknown` header is set.
+    pub outcome_unknown: bool,
 }
 
 impl ApiError {
@@ -28,6 +31,7 @@ impl ApiError {
             code,
             message: message.into(),
             headers: Vec::new(),
+            outcome_unknown: false,
         }
     }
 
@@ -58,19 +62,23 @@ impl From<Error> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "internal")
             }
         };
-        let unknown = matches!(e, Error::OutcomeUnknown(_));
-        let err = Self::new(status, code, e.to_string());
-        if unknown {
-            return err.with_header(OUTCOME, HeaderValue::from_static("unknown"));
-        }
+        let mut err = Self::new(status, code, e.to_string());
+        err.outcome_unknown = matches!(e, Error::OutcomeUnknown(_));
         err
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut body = json!({"error": {"code": self.code, "message": self.message}});
+        if self.outcome_unknown {
+            body["error"]["outcome"] = json!("unknown");
+        }
         let mut resp = (self.status, Json(body)).into_response();
+        if self.outcome_unknown {
+            resp.headers_mut()
+                .insert(OUTCOME, HeaderValue::from_static("unknown"));
+        }
         if matches!(
             self.status,
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS

@@ -15,3 +15,4 @@ mod invariants;
 mod process;
 mod scale_out;
 mod servers;
+mod storage_faults;

@@ -25,6 +25,13 @@ impl Embedded {
         let now = now();
         let rx = 'decide: {
             let mut inner = cell.inner.lock();
+            if cell.epoch != self.commit.epoch() {
+                // A commit failed with an unknown outcome: this state is being replaced by the
+                // ledger's, and even a rejection decided on it could be wrong.
+                return Err(Error::not_committed(
+                    "the engine is re-reading its state from the ledger",
+                ));
+            }
             if let Some(k) = &key {
                 match inner.idem.get(&req.user_id, k.as_str()) {
                     Some(Slot::Done(answer, _)) => return Ok(answer.clone()),
