@@ -57,6 +57,10 @@ pub struct ServeConfig {
     #[arg(long, env = "SECKILL_LOG_JSON")]
     pub log_json: bool,
 
+    /// Connection limits against slow, stalled and greedy clients.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
     /// Rate limits, admission gate, shedding, client IP, signed identity.
     #[command(flatten)]
     pub guard: GuardArgs,
@@ -77,6 +81,7 @@ impl ServeConfig {
             idempotency_hours: 24,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
+            conn: ConnArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),
         }
@@ -92,6 +97,54 @@ impl ServeConfig {
             cfg: ServeConfig,
         }
         <Only as clap::Parser>::parse_from(["seckill"]).cfg
+    }
+}
+
+/// Limits of every client connection (see `crate::http::listener`).
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Milliseconds a connection has to send a complete request head, from accept or from the
+    /// first byte of its next request; then it is closed.
+    #[arg(long, env = "SECKILL_HEAD_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub head_timeout_ms: u64,
+
+    /// Milliseconds a keep-alive connection may wait for its next request; then it is closed.
+    #[arg(long, env = "SECKILL_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// Milliseconds a request body has to arrive in full (every route, admin uploads
+    /// included); then the request answers 408.
+    #[arg(long, env = "SECKILL_BODY_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+
+    /// Most open client connections of the public listener (lowered to fit the descriptor
+    /// limit). At the cap, the oldest connection without a request in progress is closed to
+    /// make room for a new one.
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+}
+
+impl Default for ConnArgs {
+    fn default() -> Self {
+        let d = crate::http::ConnLimits::default();
+        Self {
+            head_timeout_ms: d.head_timeout.as_millis() as u64,
+            idle_timeout_ms: d.idle_timeout.as_millis() as u64,
+            body_timeout_ms: d.body_timeout.as_millis() as u64,
+            max_connections: d.max_connections as u64,
+        }
+    }
+}
+
+impl ConnArgs {
+    pub fn limits(&self) -> crate::http::ConnLimits {
+        use std::time::Duration;
+        crate::http::ConnLimits {
+            head_timeout: Duration::from_millis(self.head_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
     }
 }
 

@@ -46,6 +46,9 @@ impl Running {
 
 /// Opens the backend, binds the listener and serves in a background task.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    let nofile = http::fd_limit::raise();
+    let mut limits = cfg.conn.limits();
+    limits.max_connections = http::fd_limit::fit(limits.max_connections, nofile.map(|(s, _)| s));
     let backend: Arc<dyn Backend>;
     let admin_token;
     if cfg.scale.selected()? {
@@ -113,6 +116,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         routers.public,
         admin,
         backend,
+        limits,
         async move {
             let _ = stopped.await;
         },
