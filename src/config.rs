@@ -49,6 +49,20 @@ pub struct ServeConfig {
     #[arg(long, env = "SECKILL_IDEMPOTENCY_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u64).range(24..))]
     pub idempotency_hours: u64,
 
+    /// Seconds the answer of a claim that changed nothing (any outcome but won) is kept under
+    /// its Idempotency-Key; a retry after that is processed afresh.
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_REJECTED_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
+    pub idempotency_rejected_secs: u64,
+
+    /// Most answers of claims that changed nothing kept per user and campaign; beyond it such
+    /// claims are answered but not kept.
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_PER_USER", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub idempotency_max_per_user: u64,
+
+    /// Most answers of claims that changed nothing kept per campaign (all users together).
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_REJECTED", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub idempotency_max_rejected: u64,
+
     /// Largest body of campaign creation and restock, in bytes.
     #[arg(long, env = "SECKILL_MAX_ADMIN_BODY", default_value_t = 256 * 1024 * 1024)]
     pub max_admin_body: usize,
@@ -79,6 +93,9 @@ impl ServeConfig {
             sync: SyncMode::Full,
             max_batch: 4096,
             idempotency_hours: 24,
+            idempotency_rejected_secs: 600,
+            idempotency_max_per_user: 64,
+            idempotency_max_rejected: 100_000,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
             conn: ConnArgs::default(),
@@ -89,6 +106,15 @@ impl ServeConfig {
 }
 
 impl ServeConfig {
+    /// What is kept of the answers of claims that changed nothing (`engine::idempotency`).
+    pub fn idem_limits(&self) -> crate::engine::IdemLimits {
+        crate::engine::IdemLimits {
+            rejected_ttl: chrono::Duration::seconds(self.idempotency_rejected_secs as i64),
+            per_user: self.idempotency_max_per_user as usize,
+            per_campaign: self.idempotency_max_rejected as usize,
+        }
+    }
+
     /// The settings `seckill` uses when run with no subcommand: defaults plus environment.
     pub fn parse_default() -> Self {
         #[derive(clap::Parser)]

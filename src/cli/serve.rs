@@ -65,6 +65,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         embedded.synchronous_full = cfg.sync == SyncMode::Full;
         embedded.max_batch = cfg.max_batch;
         embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
+        embedded.idempotency_limits = cfg.idem_limits();
         backend = Embedded::open(embedded).await?;
         tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
     }

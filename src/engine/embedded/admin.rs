@@ -47,6 +47,7 @@ impl Embedded {
         let cell = Cell::new(
             CampaignState::new(def, total, codes, Status::Active),
             &self.board,
+            self.idem_limits,
         );
         let view = cell.view();
         self.campaigns.write().insert(c.id, cell);

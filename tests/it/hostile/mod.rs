@@ -1,6 +1,8 @@
 //! Hostile and broken clients: stalled heads beyond the descriptor limit, idle keep-alive
 //! connections, bodies that never finish, and one user flooding fresh Idempotency-Keys.
 
+mod idempotency;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
