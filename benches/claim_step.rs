@@ -193,7 +193,10 @@ fn redis(c: &mut Criterion) {
         let (scripts, mut conn) = (scripts.clone(), conn.clone());
         async move {
             let user = format!("u{n}");
-            let answer = scripts.claim(&mut conn, "bench", &user, 1, None, 60).await;
+            let limits = seckill::engine::IdemLimits::default();
+            let answer = scripts
+                .claim(&mut conn, "bench", &user, 1, None, (60, &limits))
+                .await;
             std::hint::black_box(answer.expect("claim answers"))
         }
     };

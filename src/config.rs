@@ -49,6 +49,20 @@ pub struct ServeConfig {
     #[arg(long, env = "SECKILL_IDEMPOTENCY_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u64).range(24..))]
     pub idempotency_hours: u64,
 
+    /// Seconds the answer of a claim that changed nothing (any outcome but won) is kept under
+    /// its Idempotency-Key; a retry after that is processed afresh.
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_REJECTED_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=7 * 24 * 3600))]
+    pub idempotency_rejected_secs: u64,
+
+    /// Most answers of claims that changed nothing kept per user and campaign; beyond it such
+    /// claims are answered but not kept.
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_PER_USER", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub idempotency_max_per_user: u64,
+
+    /// Most answers of claims that changed nothing kept per campaign (all users together).
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_REJECTED", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub idempotency_max_rejected: u64,
+
     /// Largest body of campaign creation and restock, in bytes.
     #[arg(long, env = "SECKILL_MAX_ADMIN_BODY", default_value_t = 256 * 1024 * 1024)]
     pub max_admin_body: usize,
@@ -56,6 +70,10 @@ pub struct ServeConfig {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "SECKILL_LOG_JSON")]
     pub log_json: bool,
+
+    /// Connection limits against slow, stalled and greedy clients.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 
     /// Rate limits, admission gate, shedding, client IP, signed identity.
     #[command(flatten)]
@@ -75,8 +93,12 @@ impl ServeConfig {
             sync: SyncMode::Full,
             max_batch: 4096,
             idempotency_hours: 24,
+            idempotency_rejected_secs: 600,
+            idempotency_max_per_user: 64,
+            idempotency_max_rejected: 100_000,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
+            conn: ConnArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),
         }
@@ -84,6 +106,15 @@ impl ServeConfig {
 }
 
 impl ServeConfig {
+    /// What is kept of the answers of claims that changed nothing (`engine::idempotency`).
+    pub fn idem_limits(&self) -> crate::engine::IdemLimits {
+        crate::engine::IdemLimits {
+            rejected_ttl: chrono::Duration::seconds(self.idempotency_rejected_secs as i64),
+            per_user: self.idempotency_max_per_user as usize,
+            per_campaign: self.idempotency_max_rejected as usize,
+        }
+    }
+
     /// The settings `seckill` uses when run with no subcommand: defaults plus environment.
     pub fn parse_default() -> Self {
         #[derive(clap::Parser)]
@@ -92,6 +123,54 @@ impl ServeConfig {
             cfg: ServeConfig,
         }
         <Only as clap::Parser>::parse_from(["seckill"]).cfg
+    }
+}
+
+/// Limits of every client connection (see `crate::http::listener`).
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Milliseconds a connection has to send a complete request head, from accept or from the
+    /// first byte of its next request; then it is closed.
+    #[arg(long, env = "SECKILL_HEAD_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub head_timeout_ms: u64,
+
+    /// Milliseconds a keep-alive connection may wait for its next request; then it is closed.
+    #[arg(long, env = "SECKILL_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// Milliseconds a request body has to arrive in full (every route, admin uploads
+    /// included); then the request answers 408.
+    #[arg(long, env = "SECKILL_BODY_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+
+    /// Most open client connections of the public listener (lowered to fit the descriptor
+    /// limit). At the cap, the oldest connection without a request in progress is closed to
+    /// make room for a new one.
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+}
+
+impl Default for ConnArgs {
+    fn default() -> Self {
+        let d = crate::http::ConnLimits::default();
+        Self {
+            head_timeout_ms: d.head_timeout.as_millis() as u64,
+            idle_timeout_ms: d.idle_timeout.as_millis() as u64,
+            body_timeout_ms: d.body_timeout.as_millis() as u64,
+            max_connections: d.max_connections as u64,
+        }
+    }
+}
+
+impl ConnArgs {
+    pub fn limits(&self) -> crate::http::ConnLimits {
+        use std::time::Duration;
+        crate::http::ConnLimits {
+            head_timeout: Duration::from_millis(self.head_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
     }
 }
 

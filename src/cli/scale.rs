@@ -22,6 +22,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
         postgres: s.postgres.clone().unwrap_or_default(),
         pg_connections: s.pipeline.pg_connections,
         idempotency_ttl: Duration::from_secs(cfg.idempotency_hours * 3600),
+        idempotency_limits: cfg.idem_limits(),
         run_worker: !s.no_worker,
         pipeline: s.pipeline.options(),
         stock_max_staleness: Duration::from_millis(s.stock_max_staleness_ms.max(1)),

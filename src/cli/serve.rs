@@ -46,6 +46,9 @@ impl Running {
 
 /// Opens the backend, binds the listener and serves in a background task.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    let nofile = http::fd_limit::raise();
+    let mut limits = cfg.conn.limits();
+    limits.max_connections = http::fd_limit::fit(limits.max_connections, nofile.map(|(s, _)| s));
     let backend: Arc<dyn Backend>;
     let admin_token;
     if cfg.scale.selected()? {
@@ -62,6 +65,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         embedded.synchronous_full = cfg.sync == SyncMode::Full;
         embedded.max_batch = cfg.max_batch;
         embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
+        embedded.idempotency_limits = cfg.idem_limits();
         backend = Embedded::open(embedded).await?;
         tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
     }
@@ -113,6 +117,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         routers.public,
         admin,
         backend,
+        limits,
         async move {
             let _ = stopped.await;
         },

@@ -10,4 +10,5 @@ pub mod redis;
 pub mod state;
 
 pub use embedded::{Embedded, EmbeddedOptions};
+pub use idempotency::IdemLimits;
 pub use redis::{ScaleOut, ScaleOutOptions};

@@ -25,6 +25,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 }
 
 fn json_rejection(r: JsonRejection) -> ApiError {
+    if super::timed_body::is_timeout(&r) {
+        return ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body did not arrive in time; nothing was changed",
+        );
+    }
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

@@ -5,12 +5,16 @@
 //! `/healthz` do not, so they keep answering during a claim storm. With a separate admin
 //! listener the admin routes exist only there (404 on the public one). [`serve_all`] runs the
 //! listeners until a shutdown future resolves, lets in-flight requests finish and flushes the
-//! backend.
+//! backend; the connections themselves are accepted and bounded by [`listener`].
 
 mod error;
 mod extract;
+pub mod fd_limit;
 mod guarded;
 mod handlers;
+pub mod listener;
+mod timed_body;
+mod watchdog;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,6 +28,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
+pub use listener::ConnLimits;
 
 use crate::backend::Backend;
 use crate::guard::{GuardSettings, Guards};
@@ -163,6 +168,10 @@ pub fn routers(
     }
 }
 
+/// Most connections of the admin listener: operators and scrapers, not the crowd. Kept apart
+/// from the public cap so a flood of the public listener never locks the operator out.
+pub const ADMIN_MAX_CONNECTIONS: usize = 256;
+
 /// Serves `router` on `listener` until `shutdown` resolves; then waits for in-flight requests
 /// and flushes `backend`.
 pub async fn serve(
@@ -171,15 +180,25 @@ pub async fn serve(
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_all(listener, router, None, backend, shutdown).await
+    serve_all(
+        listener,
+        router,
+        None,
+        backend,
+        ConnLimits::default(),
+        shutdown,
+    )
+    .await
 }
 
-/// [`serve`] with an optional admin listener; both stop on `shutdown`.
+/// [`serve`] with an optional admin listener and the public listener's connection limits;
+/// both listeners stop on `shutdown`.
 pub async fn serve_all(
     listener: TcpListener,
     router: Router,
     admin: Option<(TcpListener, Router)>,
     backend: Arc<dyn Backend>,
+    limits: ConnLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -197,22 +216,27 @@ pub async fn serve_all(
         Some((listener, router)) => {
             let addr: SocketAddr = listener.local_addr()?;
             tracing::info!(%addr, "seckill admin routes on http://{addr}");
-            let app = router.into_make_service_with_connect_info::<SocketAddr>();
-            let fut = axum::serve(listener, app).with_graceful_shutdown(stopped());
-            Some(tokio::spawn(async move { fut.await }))
+            let admin_limits = ConnLimits {
+                max_connections: ADMIN_MAX_CONNECTIONS,
+                ..limits.clone()
+            };
+            let fut = listener::serve(listener, router, admin_limits, "admin", stopped());
+            Some(tokio::spawn(fut))
         }
         None => None,
     };
     let addr: SocketAddr = listener.local_addr()?;
-    tracing::info!(%addr, "seckill listening on http://{addr}");
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopped())
-    .await?;
+    tracing::info!(
+        %addr,
+        head_timeout = ?limits.head_timeout,
+        idle_timeout = ?limits.idle_timeout,
+        body_timeout = ?limits.body_timeout,
+        max_connections = limits.max_connections,
+        "seckill listening on http://{addr}"
+    );
+    listener::serve(listener, router, limits, "public", stopped()).await;
     if let Some(task) = admin_task {
-        task.await??;
+        task.await?;
     }
     tracing::info!("no more requests in flight; flushing");
     backend.shutdown().await;

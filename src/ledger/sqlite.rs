@@ -382,3 +382,20 @@ impl Ledger for SqliteLedger {
 }
 
 const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at FROM orders";
+
+impl SqliteLedger {
+    /// Deletes the answers of claims that changed nothing (every outcome but `won`) older
+    /// than `before`; they have a shorter retention (see `engine::idempotency`).
+    pub async fn prune_rejected_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
+        let mut writer = self.writer.lock().await;
+        let conn = writer.conn().await?;
+        let done = sqlx::query(
+            "DELETE FROM idempotency WHERE created_at < ? \
+             AND json_extract(answer, '$.outcome') <> 'won'",
+        )
+        .bind(micros(before))
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -11,6 +11,7 @@ mod conformance;
 mod crash;
 mod guards;
 mod helpers;
+mod hostile;
 mod invariants;
 mod process;
 mod scale_out;

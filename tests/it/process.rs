@@ -37,15 +37,36 @@ impl Proc {
 
     /// `seckill serve <args>` with `env` set; waits for the line that gives its address.
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .arg("serve")
+        Self::spawn_limited(args, env, None)
+    }
+
+    /// [`Proc::spawn`] with `RLIMIT_NOFILE` (soft and hard) set to `nofile` in the child.
+    pub fn spawn_limited(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Proc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_seckill"));
+        cmd.arg("serve")
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the seckill binary starts");
+            .stderr(Stdio::piped());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: setrlimit is async-signal-safe; it runs in the child between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("the seckill binary starts");
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let sink = stdout.clone();
         let out = BufReader::new(child.stdout.take().unwrap()).lines();

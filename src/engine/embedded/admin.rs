@@ -53,6 +53,7 @@ impl Embedded {
             CampaignState::new(def, total, codes, Status::Active),
             &self.board,
             epoch,
+            self.idem_limits,
         );
         let view = cell.view();
         self.campaigns.write().insert(c.id, cell);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::domain::{CampaignView, Status};
-use crate::engine::idempotency::IdemSlots;
+use crate::engine::idempotency::{IdemLimits, IdemSlots};
 use crate::engine::state::CampaignState;
 use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
 
@@ -26,7 +26,12 @@ pub(super) struct Cell {
 }
 
 impl Cell {
-    pub(super) fn new(state: CampaignState, board: &StockBoard, epoch: u64) -> Arc<Self> {
+    pub(super) fn new(
+        state: CampaignState,
+        board: &StockBoard,
+        epoch: u64,
+        idem: IdemLimits,
+    ) -> Arc<Self> {
         let def = &state.def;
         let signal = board.register(
             &def.id,
@@ -40,7 +45,7 @@ impl Cell {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 state,
-                idem: IdemSlots::default(),
+                idem: IdemSlots::new(idem),
             }),
             admin: tokio::sync::Mutex::new(()),
             signal,

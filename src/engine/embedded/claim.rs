@@ -36,7 +36,7 @@ impl Embedded {
                 match inner.idem.get(&req.user_id, k.as_str()) {
                     Some(Slot::Done(answer, _)) => return Ok(answer.clone()),
                     // Someone is already processing this key: wait for their answer.
-                    Some(Slot::Pending(rx)) => break 'decide rx.clone(),
+                    Some(Slot::Pending(rx, _)) => break 'decide rx.clone(),
                     None => {}
                 }
             }
@@ -50,7 +50,11 @@ impl Embedded {
                     (r.answer(kind), Some(r))
                 }
             };
-            if reservation.is_none() && key.is_none() {
+            // A rejection changed nothing: beyond the idempotency bound it is answered but not
+            // kept (see engine::idempotency).
+            if reservation.is_none()
+                && (key.is_none() || !inner.idem.may_keep_rejection(&req.user_id))
+            {
                 return Ok(answer);
             }
             let mut writes = Vec::with_capacity(2);
@@ -76,9 +80,11 @@ impl Embedded {
                     answer: answer.clone(),
                     created_at: now,
                 }));
-                inner
-                    .idem
-                    .insert(user.clone(), k.clone(), Slot::Pending(rx.clone()));
+                inner.idem.insert(
+                    user.clone(),
+                    k.clone(),
+                    Slot::Pending(rx.clone(), reservation.is_none()),
+                );
             }
             let on_commit = {
                 let cell = cell.clone();

@@ -27,7 +27,7 @@ use chrono::Utc;
 use parking_lot::RwLock;
 
 use self::cell::Cell;
-use super::idempotency::Slot;
+use super::idempotency::{IdemLimits, Slot};
 use super::state::CampaignState;
 use crate::backend::Backend;
 use crate::domain::{
@@ -46,8 +46,10 @@ pub struct EmbeddedOptions {
     pub synchronous_full: bool,
     /// Most writes one group commit may carry.
     pub max_batch: usize,
-    /// How long Idempotency-Key answers are kept.
+    /// How long Idempotency-Key answers of won claims are kept.
     pub idempotency_ttl: Duration,
+    /// Retention and caps of the answers of claims that changed nothing.
+    pub idempotency_limits: IdemLimits,
 }
 
 impl EmbeddedOptions {
@@ -57,6 +59,7 @@ impl EmbeddedOptions {
             synchronous_full: true,
             max_batch: 4096,
             idempotency_ttl: Duration::from_secs(24 * 3600),
+            idempotency_limits: IdemLimits::default(),
         }
     }
 }
@@ -68,6 +71,7 @@ pub struct Embedded {
     commit: GroupCommit,
     create: tokio::sync::Mutex<()>,
     idempotency_ttl: chrono::Duration,
+    idem_limits: IdemLimits,
 }
 
 impl Embedded {
@@ -77,8 +81,9 @@ impl Embedded {
         let ledger = Arc::new(SqliteLedger::open(&opts.data_dir, opts.synchronous_full).await?);
         let ttl = chrono::Duration::from_std(opts.idempotency_ttl)?;
         let board = StockBoard::new();
+        let idem_limits = opts.idempotency_limits;
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
-        let campaigns = load_cells(&ledger, &board, ttl, commit.epoch()).await?;
+        let campaigns = load_cells(&ledger, &board, ttl, idem_limits, commit.epoch()).await?;
         let me = Arc::new(Self {
             campaigns: RwLock::new(campaigns),
             board,
@@ -86,8 +91,13 @@ impl Embedded {
             commit,
             create: tokio::sync::Mutex::new(()),
             idempotency_ttl: ttl,
+            idem_limits,
         });
-        tokio::spawn(prune_loop(Arc::downgrade(&me)));
+        let every = (idem_limits.rejected_ttl / 2)
+            .to_std()
+            .unwrap_or_default()
+            .clamp(Duration::from_secs(1), Duration::from_secs(600));
+        tokio::spawn(prune_loop(Arc::downgrade(&me), every));
         tokio::spawn(recovery_loop(Arc::downgrade(&me)));
         Ok(me)
     }
@@ -102,6 +112,7 @@ impl Embedded {
             &self.ledger,
             &self.board,
             self.idempotency_ttl,
+            self.idem_limits,
             self.commit.epoch(),
         )
         .await?;
@@ -127,13 +138,23 @@ impl Embedded {
 
     /// Drops idempotency answers past their retention, in memory and in the ledger.
     async fn prune(&self) {
-        let cutoff = Utc::now() - self.idempotency_ttl;
+        let now = Utc::now();
+        let cutoff = now - self.idempotency_ttl;
+        let rejected_cutoff = now - self.idem_limits.rejected_ttl;
         let cells: Vec<_> = self.campaigns.read().values().cloned().collect();
         let dropped: usize = cells
             .iter()
-            .map(|c| c.inner.lock().idem.prune(cutoff))
+            .map(|c| c.inner.lock().idem.prune(cutoff, now))
             .sum();
-        match self.ledger.prune_idempotency(cutoff).await {
+        let rows = match self.ledger.prune_idempotency(cutoff).await {
+            Ok(rows) => self
+                .ledger
+                .prune_rejected_idempotency(rejected_cutoff)
+                .await
+                .map(|r| r + rows),
+            Err(e) => Err(e),
+        };
+        match rows {
             Ok(rows) => tracing::debug!(dropped, rows, "idempotency answers pruned"),
             Err(e) => tracing::warn!(error = %e, "pruning idempotency answers failed"),
         }
@@ -145,10 +166,12 @@ async fn load_cells(
     ledger: &SqliteLedger,
     board: &StockBoard,
     idempotency_ttl: chrono::Duration,
+    idem_limits: IdemLimits,
     epoch: u64,
 ) -> anyhow::Result<HashMap<String, Arc<Cell>>> {
     let mut campaigns = HashMap::new();
-    for stored in ledger.snapshot(Utc::now() - idempotency_ttl).await? {
+    let started = Utc::now();
+    for stored in ledger.snapshot(started - idempotency_ttl).await? {
         let state = CampaignState::recover(
             stored.def.clone(),
             stored.total,
@@ -158,16 +181,22 @@ async fn load_cells(
             stored.max_seq,
         );
         let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
-        let cell = Cell::new(state, board, epoch);
+        let cell = Cell::new(state, board, epoch, idem_limits);
         for user in holders {
             cell.signal.add_holder(user);
         }
         {
             let mut inner = cell.inner.lock();
             for r in stored.idem {
-                inner
-                    .idem
-                    .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
+                let keep =
+                    inner
+                        .idem
+                        .keeps(&r.answer, r.created_at, started - idempotency_ttl, started);
+                if keep {
+                    inner
+                        .idem
+                        .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
+                }
             }
             let v = inner.state.view();
             tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
@@ -196,8 +225,8 @@ async fn recovery_loop(me: std::sync::Weak<Embedded>) {
     }
 }
 
-async fn prune_loop(me: std::sync::Weak<Embedded>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(600));
+async fn prune_loop(me: std::sync::Weak<Embedded>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
         match me.upgrade() {

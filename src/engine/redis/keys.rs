@@ -47,6 +47,11 @@ impl Keys {
     pub fn idem(&self, user: &str, key: &str) -> String {
         format!("{}:idem:{}:{user}:{key}", self.tag, user.len())
     }
+
+    /// Prefix of the hashes that count kept rejection answers per time bucket (claim.lua).
+    pub fn idem_rejected(&self) -> String {
+        format!("{}:idemrej:", self.tag)
+    }
 }
 
 /// The campaign id of a stream key `{c:<id>}:orders`.

@@ -47,6 +47,8 @@ pub struct ScaleOutOptions {
     /// Connections of this process to PostgreSQL.
     pub pg_connections: u32,
     pub idempotency_ttl: Duration,
+    /// Retention and caps of the answers of claims that changed nothing.
+    pub idempotency_limits: crate::engine::IdemLimits,
     /// Run the order pipeline inside this process (otherwise a `seckill worker` must run).
     pub run_worker: bool,
     pub pipeline: PipelineOptions,
@@ -59,6 +61,7 @@ pub struct ScaleOut {
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
+    idem_limits: crate::engine::IdemLimits,
     worker: tokio::sync::Mutex<Option<Worker>>,
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
@@ -93,6 +96,7 @@ impl ScaleOut {
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
+            idem_limits: opts.idempotency_limits,
             worker: tokio::sync::Mutex::new(None),
             limiter,
             stock,
@@ -265,7 +269,7 @@ impl Backend for ScaleOut {
                 &req.user_id,
                 req.qty,
                 key,
-                self.idem_ttl_secs,
+                (self.idem_ttl_secs, &self.idem_limits),
             );
             // Bounded even while a connection is still reconnecting to an unreachable Redis.
             let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)

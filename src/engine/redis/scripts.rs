@@ -105,7 +105,8 @@ impl Scripts {
         user: &str,
         qty: u64,
         idem_key: Option<&str>,
-        idem_ttl_secs: u64,
+        // Retention of won answers in seconds, and what is kept of the other answers.
+        (idem_ttl_secs, rejected): (u64, &crate::engine::IdemLimits),
     ) -> anyhow::Result<Claimed> {
         let k = Keys::new(campaign);
         let mut inv = self.claim.prepare_invoke();
@@ -115,9 +116,14 @@ impl Scripts {
             .key(k.seq())
             .key(k.orders());
         if let Some(key) = idem_key {
-            inv.key(k.idem(user, key));
+            inv.key(k.idem(user, key)).key(k.idem_rejected());
         }
-        inv.arg(user).arg(qty).arg(idem_ttl_secs);
+        inv.arg(user)
+            .arg(qty)
+            .arg(idem_ttl_secs)
+            .arg(rejected.rejected_ttl.num_seconds().max(1))
+            .arg(rejected.per_user)
+            .arg(rejected.per_campaign);
         let (tag, encoded): (String, String) = inv.invoke_async(conn).await?;
         if tag == "missing" {
             return Ok(Claimed::Missing);

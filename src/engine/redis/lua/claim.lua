@@ -9,10 +9,18 @@
 -- KEYS[4] {c:<id>}:seq     string last order number
 -- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes)
 -- KEYS[6] {c:<id>}:idem:…  string optional: the stored answer of (user, Idempotency-Key)
+-- KEYS[7] {c:<id>}:idemrej: prefix, with KEYS[6]: hashes `<prefix><bucket>` counting the
+--         rejection answers kept in each time bucket of ARGV[4] seconds (field '' = all users,
+--         field <user> = that user); a key set in bucket b has expired by the end of b + 1,
+--         so buckets b and b - 1 together count at least every rejection answer still kept
 -- ARGV[1] user id
 -- ARGV[2] qty (1 … 10^6, validated by the caller)
--- ARGV[3] idempotency retention in seconds
+-- ARGV[3] retention in seconds of a won answer
+-- ARGV[4] retention in seconds of a rejection answer (the claim changed nothing)
+-- ARGV[5] most rejection answers kept per user (in this campaign)
+-- ARGV[6] most rejection answers kept per campaign
 --
+-- A rejection beyond either cap is answered but not kept (see src/engine/idempotency.rs).
 -- Returns {tag, answer}: tag 'new' (processed now), 'replay' (answer stored under the key) or
 -- 'missing' (no such campaign in Redis). answer is the claim answer as lines:
 -- outcome, order_id, qty, remaining, held, then one line per code ('' = field absent).
@@ -37,8 +45,29 @@ local function answer(outcome, order_id, qty, remaining, held, codes)
   end
   return table.concat(lines, '\n')
 end
-local function finish(encoded)
-  if idem then redis.call('SET', idem, encoded, 'EX', ARGV[3]) end
+local function keep_rejection(encoded)
+  local ttl = tonumber(ARGV[4])
+  local bucket = math.floor(tonumber(redis.call('TIME')[1]) / ttl)
+  local cur = KEYS[7] .. string.format('%d', bucket)
+  local prev = KEYS[7] .. string.format('%d', bucket - 1)
+  local c = redis.call('HMGET', cur, '', ARGV[1])
+  local p = redis.call('HMGET', prev, '', ARGV[1])
+  local all = tonumber(c[1] or '0') + tonumber(p[1] or '0')
+  local mine = tonumber(c[2] or '0') + tonumber(p[2] or '0')
+  if all >= tonumber(ARGV[6]) or mine >= tonumber(ARGV[5]) then return end
+  redis.call('SET', idem, encoded, 'EX', ttl)
+  redis.call('HINCRBY', cur, '', 1)
+  redis.call('HINCRBY', cur, ARGV[1], 1)
+  redis.call('EXPIRE', cur, 2 * ttl)
+end
+local function finish(encoded, won)
+  if idem then
+    if won then
+      redis.call('SET', idem, encoded, 'EX', ARGV[3])
+    else
+      keep_rejection(encoded)
+    end
+  end
   return {'new', encoded}
 end
 
@@ -71,4 +100,4 @@ else
   redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
              'at', int(now))
 end
-return finish(answer('won', order_id, qty, nil, nil, codes))
+return finish(answer('won', order_id, qty, nil, nil, codes), true)

@@ -1,0 +1,243 @@
+//! The accept loop of every listener: HTTP/1.1 on hyper, with the limits a public service
+//! needs against slow, stalled and greedy clients.
+//!
+//! - **Head timeout**: a request head must be complete within it, counted from its first
+//!   byte (see [`super::watchdog`]).
+//! - **Idle timeout**: a connection with no request in progress and no byte of a next one
+//!   (keep-alive, or accepted and silent) is closed after it.
+//! - **Body timeout**: a request body must arrive in full within it ([`super::timed_body`]).
+//! - **Connection cap**: at most `max_connections` open connections. When a new connection
+//!   arrives at the cap, the oldest connection that has had no request in progress (still
+//!   sending its head, or idle) for at least a quarter of the head timeout is closed to make
+//!   room, so stalled clients cannot lock out new ones; if there is none, the loop stops
+//!   accepting (new connections wait in the kernel's listen backlog) until one closes. Either way one log line, at most once a
+//!   minute, says so.
+//!
+//! Only HTTP/1.1 is served (no HTTP/2, so no HTTP/2 limits to set). Shutdown is graceful: the
+//! loop stops accepting, idle connections close, requests in flight finish.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use super::timed_body::TimedBody;
+use super::watchdog::{self, Clock, Watched};
+
+/// Limits of one listener's connections.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    pub head_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            head_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 20_000,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets every request in flight
+/// finish. `name` tells the listeners apart in the log.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnLimits,
+    name: &'static str,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max = limits.max_connections.max(1);
+    let permits = Arc::new(Semaphore::new(max));
+    let graceful = GracefulShutdown::new();
+    let mut open = Open::default();
+    let mut cap_log = RareLog::default();
+    let mut accept_log = RareLog::default();
+    tokio::pin!(shutdown);
+    'accept: loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors or memory: back off instead of spinning on the error.
+                    accept_log.note(|n| tracing::error!(listener = name, error = %e, times = n, "accept failed; retrying in 100 ms"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let mut at_cap = false;
+        let permit = loop {
+            if let Ok(p) = permits.clone().try_acquire_owned() {
+                break p;
+            }
+            let evicted = open.evict_one(max, limits.head_timeout / 4);
+            if !at_cap {
+                at_cap = true;
+                cap_log.note(|n| tracing::warn!(listener = name, max_connections = max, times = n,
+                    "connection cap reached: closing the oldest connections that wait without a request in progress; \
+                     while every connection is busy, new ones wait in the listen backlog"));
+            }
+            tokio::select! {
+                p = permits.clone().acquire_owned() => break p.expect("the semaphore is never closed"),
+                // Nobody to close yet: look again when the waiting connections have aged.
+                _ = tokio::time::sleep(Duration::from_millis(100)), if !evicted => {}
+                _ = &mut shutdown => break 'accept,
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let clock = Clock::new(limits.head_timeout, limits.idle_timeout);
+        open.push(&clock, max);
+        let conn = connection(stream, peer, router.clone(), clock.clone(), &limits);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            tokio::select! {
+                // The connection first: a head that arrived counts before its deadline.
+                biased;
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                why = watchdog::watch(clock) => {
+                    tracing::debug!(%peer, ?why, "connection closed by its timeout");
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!(
+        listener = name,
+        open = graceful.count(),
+        "stopped accepting; waiting for requests in flight"
+    );
+    graceful.shutdown().await;
+}
+
+/// One HTTP/1.1 connection: the peer address for `ConnectInfo`, the body deadline, and the
+/// clock told when each request starts and ends.
+fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    clock: Arc<Clock>,
+    limits: &ConnLimits,
+) -> hyper::server::conn::http1::Connection<
+    TokioIo<Watched<tokio::net::TcpStream>>,
+    impl hyper::service::Service<
+            hyper::Request<Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Send,
+> {
+    let body_timeout = limits.body_timeout;
+    let io = TokioIo::new(Watched::new(stream, clock.clone()));
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let in_flight = clock.begin();
+        let mut req = req.map(|b| axum::body::Body::new(TimedBody::new(b, body_timeout)));
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let router = router.clone();
+        async move {
+            let resp = router.oneshot(req).await?;
+            // The request counts as in progress until hyper has written (and dropped) the body.
+            Ok(resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight))))
+        }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, service)
+}
+
+/// A response body that holds its request's [`watchdog::InFlight`] until dropped.
+struct EndsWith(axum::body::Body, #[allow(dead_code)] watchdog::InFlight);
+
+impl hyper::body::Body for EndsWith {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// The open connections in accept order, to find the oldest one that can be closed.
+#[derive(Default)]
+struct Open(VecDeque<Weak<Clock>>);
+
+impl Open {
+    fn push(&mut self, clock: &Arc<Clock>, max: usize) {
+        if self.0.len() >= 2 * max {
+            self.0.retain(|c| c.strong_count() > 0);
+        }
+        self.0.push_back(Arc::downgrade(clock));
+    }
+
+    /// Closes the oldest connection that has had no request in progress for at least
+    /// `min_wait` (a client that connected a moment ago is not punished for the crowd);
+    /// false if there is none.
+    fn evict_one(&mut self, max: usize, min_wait: Duration) -> bool {
+        for _ in 0..self.0.len().min(2 * max) {
+            let Some(weak) = self.0.pop_front() else {
+                return false;
+            };
+            let Some(clock) = weak.upgrade() else {
+                continue;
+            };
+            if clock.evict(min_wait) {
+                return true;
+            }
+            self.0.push_back(weak);
+        }
+        false
+    }
+}
+
+/// A warning that is logged at most once a minute, with how often it happened meanwhile.
+#[derive(Default)]
+struct RareLog {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl RareLog {
+    fn note(&mut self, log: impl FnOnce(u64)) {
+        self.since += 1;
+        if self
+            .last
+            .map_or(true, |t| t.elapsed() >= Duration::from_secs(60))
+        {
+            log(self.since);
+            self.since = 0;
+            self.last = Some(Instant::now());
+        }
+    }
+}

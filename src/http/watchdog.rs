@@ -1,0 +1,248 @@
+//! The clock of one connection: how long it may sit without a request in progress.
+//!
+//! A connection is in one of three phases. `Idle`: just accepted, or every response was
+//! sent, and no byte of a next request has come; it gets the idle keep-alive timeout. `Head`:
+//! the first byte of a request arrived and its head is not complete yet; it gets the head
+//! timeout. `Busy`: a request is being served; no connection deadline (the body timeout and
+//! the routes' own timeouts apply). [`watch`] resolves when the deadline of the current phase
+//! passes, and the connection is then dropped (the socket closes): nothing is in flight on it
+//! at that moment, so nothing is lost.
+//!
+//! The head clock starts at the first byte, not at accept: a client on a busy machine may
+//! connect well before it gets to write, and is then no different from an idle keep-alive
+//! connection (a silent connection still goes after the idle timeout, or sooner when the
+//! connection cap needs room). hyper's own `header_read_timeout` is not used: it also runs
+//! while a keep-alive connection waits for its next request, so idle and head timeouts could
+//! not be set apart.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Head(Instant),
+    Busy(usize),
+    Idle(Instant),
+    Evicted,
+}
+
+/// Why a connection was closed by its clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    Head,
+    Idle,
+    /// Closed to make room for a new connection at the connection cap.
+    Evicted,
+}
+
+pub struct Clock {
+    phase: Mutex<Phase>,
+    changed: Notify,
+    head: Duration,
+    idle: Duration,
+}
+
+impl Clock {
+    /// A clock for a connection accepted now: idle until its first byte.
+    pub fn new(head: Duration, idle: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            phase: Mutex::new(Phase::Idle(Instant::now())),
+            changed: Notify::new(),
+            head,
+            idle,
+        })
+    }
+
+    /// Bytes arrived: on an idle connection they start the next request's head.
+    fn saw_bytes(&self) {
+        let mut p = self.phase.lock();
+        if let Phase::Idle(_) = *p {
+            *p = Phase::Head(Instant::now());
+            drop(p);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request head is complete; the returned guard ends the request when dropped (hyper
+    /// drops the response body once it is written, or the connection with it).
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        let mut p = self.phase.lock();
+        *p = match *p {
+            Phase::Busy(n) => Phase::Busy(n + 1),
+            Phase::Evicted => Phase::Evicted,
+            _ => Phase::Busy(1),
+        };
+        InFlight(self.clone())
+    }
+
+    fn end(&self) {
+        let mut p = self.phase.lock();
+        if let Phase::Busy(n) = *p {
+            *p = if n > 1 {
+                Phase::Busy(n - 1)
+            } else {
+                Phase::Idle(Instant::now())
+            };
+        }
+        drop(p);
+        self.changed.notify_one();
+    }
+
+    /// Closes the connection if no request has been in progress on it for `min_wait`; false
+    /// if one is, or the connection is younger than that.
+    pub fn evict(&self, min_wait: Duration) -> bool {
+        let mut p = self.phase.lock();
+        match *p {
+            Phase::Head(since) | Phase::Idle(since) if since.elapsed() >= min_wait => {}
+            _ => return false,
+        }
+        *p = Phase::Evicted;
+        drop(p);
+        self.changed.notify_one();
+        true
+    }
+
+    fn deadline(&self) -> Option<(Instant, Expired)> {
+        match *self.phase.lock() {
+            Phase::Evicted => Some((Instant::now(), Expired::Evicted)),
+            Phase::Head(since) => Some((since + self.head, Expired::Head)),
+            Phase::Idle(since) => Some((since + self.idle, Expired::Idle)),
+            Phase::Busy(_) => None,
+        }
+    }
+}
+
+/// Resolves when the connection's current phase outlives its timeout.
+pub async fn watch(clock: Arc<Clock>) -> Expired {
+    loop {
+        let changed = clock.changed.notified();
+        match clock.deadline() {
+            None => changed.await,
+            Some((at, why)) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {
+                        if matches!(clock.deadline(), Some((now_at, _)) if now_at <= Instant::now()) {
+                            return why;
+                        }
+                    }
+                    _ = changed => {}
+                }
+            }
+        }
+    }
+}
+
+/// One request in progress on a connection.
+pub struct InFlight(Arc<Clock>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// A socket that tells its clock when bytes arrive.
+pub struct Watched<S> {
+    inner: S,
+    clock: Arc<Clock>,
+}
+
+impl<S> Watched<S> {
+    pub fn new(inner: S, clock: Arc<Clock>) -> Self {
+        Self { inner, clock }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.clock.saw_bytes();
+        }
+        res
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_then_head_then_busy_then_idle() {
+        let clock = Clock::new(Duration::from_secs(2), Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert_eq!(watch(clock.clone()).await, Expired::Idle);
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+
+        let clock = Clock::new(Duration::from_secs(2), Duration::from_secs(5));
+        clock.saw_bytes();
+        let t0 = Instant::now();
+        assert_eq!(watch(clock.clone()).await, Expired::Head);
+        assert_eq!(t0.elapsed(), Duration::from_secs(2));
+
+        let clock = Clock::new(Duration::from_secs(2), Duration::from_secs(5));
+        let req = clock.begin();
+        let w = tokio::spawn(watch(clock.clone()));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!w.is_finished(), "a busy connection has no deadline");
+        let t1 = Instant::now();
+        drop(req);
+        assert_eq!(w.await.unwrap(), Expired::Idle);
+        assert_eq!(t1.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_byte_on_an_idle_connection_starts_the_head_clock() {
+        let clock = Clock::new(Duration::from_secs(2), Duration::from_secs(60));
+        drop(clock.begin());
+        let w = tokio::spawn(watch(clock.clone()));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let t1 = Instant::now();
+        clock.saw_bytes();
+        assert_eq!(w.await.unwrap(), Expired::Head);
+        assert_eq!(t1.elapsed(), Duration::from_secs(2));
+    }
+}
