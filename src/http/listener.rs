@@ -233,7 +233,7 @@ impl RareLog {
         self.since += 1;
         if self
             .last
-            .map_or(true, |t| t.elapsed() >= Duration::from_secs(60))
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
         {
             log(self.since);
             self.since = 0;
