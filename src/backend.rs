@@ -85,4 +85,10 @@ pub trait Backend: Send + Sync + 'static {
     fn limits_refresh(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// The supervisor of this backend's background tasks, which also runs the server's own
+    /// (the limits re-reader); `None` spawns them unsupervised.
+    fn supervisor(&self) -> Option<Arc<crate::supervise::Supervisor>> {
+        None
+    }
 }

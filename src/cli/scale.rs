@@ -48,11 +48,12 @@ pub async fn run_worker(cfg: WorkerConfig) -> anyhow::Result<ExitCode> {
     scripts
         .load(&mut RedisConn::connect(&target).await?)
         .await?;
-    let worker = crate::pipeline::spawn(&target, ledger, scripts, cfg.pipeline.options()).await?;
+    let sup = crate::supervise::Supervisor::new();
+    crate::pipeline::spawn(&target, ledger, scripts, cfg.pipeline.options(), &sup).await?;
     tracing::info!("seckill worker running");
     super::serve::shutdown_signal().await;
     tracing::info!("shutdown requested");
-    worker.stop().await;
+    sup.shutdown().await;
     tracing::info!("worker stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }

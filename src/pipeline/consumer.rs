@@ -218,6 +218,10 @@ impl Consumer {
         }
         let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
         match self.ledger.insert_pipeline_orders(&orders).await {
+            // The test hook of `crate::supervise`: die after the commit, before the ack.
+            Ok(_) if crate::supervise::test_panic(super::TASK) => {
+                panic!("test hook: the pipeline dies between commit and acknowledgement")
+            }
             Ok(collisions) => {
                 for o in &collisions {
                     self.collision(&good, o).await?;

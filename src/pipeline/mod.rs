@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 pub use consumer::{Consumer, Step};
 pub use entry::Entry;
 
 use crate::engine::redis::{Keys, RedisConn, RedisTarget, Scripts};
 use crate::ledger::PgLedger;
+use crate::supervise::Supervisor;
 
 #[derive(Debug, Clone)]
 pub struct PipelineOptions {
@@ -70,41 +70,32 @@ pub async fn lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u
     Ok(total)
 }
 
-/// A running consumer task.
-pub struct Worker {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
+/// The supervised task name of the in-process consumer.
+pub const TASK: &str = "pipeline";
 
-impl Worker {
-    /// Lets the current step finish, then stops.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "the pipeline task failed");
-        }
-    }
-}
-
-/// Starts a consumer on a dedicated Redis connection.
+/// Starts a consumer on a dedicated Redis connection, supervised by `sup` (restarted if it
+/// panics or exits; a new consumer first re-reads the entries it held, under the same name).
+/// It stops, after finishing its current step, on the supervisor's shutdown.
 pub async fn spawn(
     target: &RedisTarget,
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     opts: PipelineOptions,
-) -> anyhow::Result<Worker> {
+    sup: &Arc<Supervisor>,
+) -> anyhow::Result<()> {
     let conn = RedisConn::connect(target).await?;
-    let consumer = Consumer::new(conn, ledger, scripts, opts);
-    tracing::info!(consumer = consumer.name(), "order pipeline started");
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(run(consumer, stopped));
-    Ok(Worker { stop, task })
+    tracing::info!(consumer = %opts.consumer, "order pipeline started");
+    sup.spawn(TASK, move |stopped| {
+        let consumer = Consumer::new(conn.clone(), ledger.clone(), scripts.clone(), opts.clone());
+        run(consumer, stopped)
+    });
+    Ok(())
 }
 
 /// Longest one consumer step may take before it is abandoned and retried.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
+async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyhow::Result<()> {
     const IDLE_MIN: Duration = Duration::from_millis(2);
     const IDLE_MAX: Duration = Duration::from_millis(50);
     const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -146,4 +137,5 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
         }
     }
     tracing::info!(consumer = consumer.name(), "order pipeline stopped");
+    Ok(())
 }

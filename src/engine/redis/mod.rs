@@ -13,6 +13,7 @@
 mod admin;
 mod conn;
 mod keys;
+mod link;
 mod ratelimit;
 mod scripts;
 mod sentinel;
@@ -26,6 +27,7 @@ use redis::AsyncCommands;
 
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
+pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
 pub use scripts::Scripts;
 pub use stock::StockKeeper;
@@ -36,7 +38,8 @@ use crate::domain::{
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
-use crate::pipeline::{self, PipelineOptions, Worker};
+use crate::pipeline::{self, PipelineOptions};
+use crate::supervise::Supervisor;
 use scripts::Claimed;
 
 /// Settings of the scale-out deployment.
@@ -59,7 +62,9 @@ pub struct ScaleOut {
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
-    worker: tokio::sync::Mutex<Option<Worker>>,
+    supervisor: Arc<Supervisor>,
+    /// Supervised tasks without which claims are refused (see [`DEPENDENCY_GRACE`]).
+    claim_depends: Vec<&'static str>,
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
 }
@@ -68,8 +73,39 @@ pub struct ScaleOut {
 /// longest a `PUT …/limits` through one instance takes to apply on the others.
 pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
 
+/// Claims are refused while a task they depend on — the in-process pipeline (a `won` with
+/// nothing moving orders into the ledger) or the stock refresher (a stale `sold_out` could
+/// outlive a restock without bound) — has been down longer than this.
+pub const DEPENDENCY_GRACE: Duration = Duration::from_secs(1);
+
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The answer to a claim whose script call failed: "nothing was changed" only when the
+/// script surely did not run (the link refused it while Redis is down, or Redis rejected it
+/// before running); otherwise it may have run before the connection broke, and the client
+/// is told so.
+fn claim_failed(campaign: &str) -> impl Fn(anyhow::Error) -> Error + '_ {
+    move |e| {
+        let not_run = e
+            .downcast_ref::<redis::RedisError>()
+            .is_some_and(surely_not_executed);
+        if not_run {
+            tracing::debug!(error = %format!("{e:#}"), campaign, "claim refused: Redis unavailable");
+            return Error::Unavailable(
+                "Redis is unavailable; the claim was not processed and nothing was changed, \
+                 retry later"
+                    .into(),
+            );
+        }
+        tracing::error!(error = %format!("{e:#}"), campaign, "claim script failed");
+        Error::Unavailable(
+            "the claim could not be completed by Redis; it may or may not have been \
+             processed: retry with the same Idempotency-Key to learn its outcome"
+                .into(),
+        )
+    }
+}
 
 fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
     move |e| Error::unavailable(context, e)
@@ -86,14 +122,16 @@ impl ScaleOut {
         let limiter = Arc::new(RedisLimiter::new(redis.clone()));
         limiter.load().await?;
         let stock = StockKeeper::new(redis.clone());
-        stock.spawn_refresher(opts.stock_max_staleness);
-        stock.spawn_subscriber(&opts.redis);
+        let supervisor = Supervisor::new();
+        let mut claim_depends = vec![stock::REFRESHER];
+        stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
         let me = Arc::new(Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
-            worker: tokio::sync::Mutex::new(None),
+            supervisor: supervisor.clone(),
+            claim_depends: Vec::new(),
             limiter,
             stock,
         });
@@ -103,9 +141,13 @@ impl ScaleOut {
             })?;
         }
         if opts.run_worker {
-            let worker = pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline).await?;
-            *me.worker.lock().await = Some(worker);
+            pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
+            claim_depends.push(pipeline::TASK);
         }
+        let mut me = me;
+        Arc::get_mut(&mut me)
+            .expect("no other handle exists yet")
+            .claim_depends = claim_depends;
         Ok(me)
     }
 
@@ -183,6 +225,21 @@ impl ScaleOut {
         }
     }
 
+    /// Refuses claims while a task they depend on has been down past [`DEPENDENCY_GRACE`].
+    fn dependencies_up(&self) -> Result<(), Error> {
+        for task in &self.claim_depends {
+            if let Some(down) = self.supervisor.down_for(task) {
+                if down > DEPENDENCY_GRACE {
+                    return Err(Error::Unavailable(format!(
+                        "this instance's {task} task is restarting; the claim was not processed \
+                         and nothing was changed, retry later"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Orders answered `won` but not yet in the ledger, over every campaign.
     pub async fn lag(&self) -> anyhow::Result<u64> {
         pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
@@ -257,6 +314,7 @@ impl Backend for ScaleOut {
         key: Option<IdempotencyKey>,
     ) -> Result<ClaimAnswer, Error> {
         let key = key.as_ref().map(IdempotencyKey::as_str);
+        self.dependencies_up()?;
         for attempt in 0..2 {
             let mut conn = self.conn();
             let script = self.scripts.claim(
@@ -271,15 +329,7 @@ impl Backend for ScaleOut {
             let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
-                .map_err(|e| {
-                    tracing::error!(error = %format!("{e:#}"), campaign = id, "claim script failed");
-                    // The script may have run before the connection broke: say so.
-                    Error::Unavailable(
-                        "the claim could not be completed by Redis; it may or may not have been \
-                         processed: retry with the same Idempotency-Key to learn its outcome"
-                            .into(),
-                    )
-                })?;
+                .map_err(claim_failed(id))?;
             match claimed {
                 Claimed::Answer(a) => {
                     self.note_stock(id, &req.user_id, &a).await;
@@ -313,6 +363,11 @@ impl Backend for ScaleOut {
     }
 
     async fn health(&self) -> Result<(), Error> {
+        if let Err(down) = self.supervisor.health() {
+            return Err(Error::Unavailable(format!(
+                "a background task is not running: {down}"
+            )));
+        }
         let mut conn = self.conn();
         let cmd = redis::cmd("PING");
         let ping = cmd.query_async::<String>(&mut conn);
@@ -331,8 +386,10 @@ impl Backend for ScaleOut {
     }
 
     async fn shutdown(&self) {
-        if let Some(worker) = self.worker.lock().await.take() {
-            worker.stop().await;
-        }
+        self.supervisor.shutdown().await;
+    }
+
+    fn supervisor(&self) -> Option<Arc<Supervisor>> {
+        Some(self.supervisor.clone())
     }
 }

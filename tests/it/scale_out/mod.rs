@@ -12,6 +12,7 @@ mod pipeline;
 mod poison;
 mod procs;
 mod rebuild;
+mod redis_outage;
 mod sentinel;
 mod two_instances;
 mod worker_crash;

@@ -52,9 +52,21 @@ impl RedisServer {
 
     /// kill -9, then start again on the same port and directory.
     pub fn kill_and_restart(&mut self) {
+        self.kill_9();
+        self.boot();
+    }
+
+    /// kill -9; returns once the process is gone.
+    pub fn kill_9(&mut self) {
         if let Some(d) = self.daemon.take() {
             d.stop(libc::SIGKILL);
         }
+    }
+
+    /// Starts a killed server again on the same port and directory; returns once it answers
+    /// PING (its AOF loaded).
+    pub fn start_again(&mut self) {
+        assert!(self.daemon.is_none(), "the server is still running");
         self.boot();
     }
 }
