@@ -91,4 +91,14 @@ pub trait Backend: Send + Sync + 'static {
     fn supervisor(&self) -> Option<Arc<crate::supervise::Supervisor>> {
         None
     }
+
+    /// Extra facts `/healthz` shows (healthy or not), e.g. the settings of a store.
+    fn health_details(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Extra Prometheus lines for `/metrics`.
+    fn metrics(&self) -> String {
+        String::new()
+    }
 }

@@ -56,9 +56,26 @@ impl Supervisor {
     }
 
     /// Runs `make()` as the task `name`, restarting it whenever it fails or panics, until it
-    /// returns `Ok(())` or [`Supervisor::shutdown`]. The task receives a receiver that turns
-    /// true on shutdown.
+    /// returns `Ok(())` or [`Supervisor::shutdown`], which aborts it.
     pub fn spawn<F, Fut>(self: &Arc<Self>, name: &'static str, make: F)
+    where
+        F: Fn(watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        self.spawn_inner(name, false, make)
+    }
+
+    /// Like [`Supervisor::spawn`], but on shutdown the task is not aborted: the receiver it
+    /// gets turns true and the shutdown waits for it to finish its work and return.
+    pub fn spawn_graceful<F, Fut>(self: &Arc<Self>, name: &'static str, make: F)
+    where
+        F: Fn(watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        self.spawn_inner(name, true, make)
+    }
+
+    fn spawn_inner<F, Fut>(self: &Arc<Self>, name: &'static str, graceful: bool, make: F)
     where
         F: Fn(watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -71,8 +88,18 @@ impl Supervisor {
             let mut deaths: Vec<Instant> = Vec::new();
             loop {
                 let started = Instant::now();
-                let run = tokio::spawn(make(stopping.clone()));
-                let outcome = run.await;
+                let mut run = tokio::spawn(make(stopping.clone()));
+                let outcome = tokio::select! {
+                    outcome = &mut run => outcome,
+                    _ = async { stopping.wait_for(|s| *s).await.map(|_| ()) } => {
+                        if graceful {
+                            let _ = run.await;
+                        } else {
+                            run.abort();
+                        }
+                        return;
+                    }
+                };
                 if *stopping.borrow() {
                     return;
                 }

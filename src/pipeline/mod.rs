@@ -85,7 +85,7 @@ pub async fn spawn(
 ) -> anyhow::Result<()> {
     let conn = RedisConn::connect(target).await?;
     tracing::info!(consumer = %opts.consumer, "order pipeline started");
-    sup.spawn(TASK, move |stopped| {
+    sup.spawn_graceful(TASK, move |stopped| {
         let consumer = Consumer::new(conn.clone(), ledger.clone(), scripts.clone(), opts.clone());
         run(consumer, stopped)
     });

@@ -17,6 +17,7 @@ mod link;
 mod ratelimit;
 mod scripts;
 mod sentinel;
+mod settings;
 mod stock;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
 pub use scripts::Scripts;
+pub use settings::Watch as RedisSettings;
 pub use stock::StockKeeper;
 
 use crate::backend::Backend;
@@ -55,6 +57,8 @@ pub struct ScaleOutOptions {
     pub pipeline: PipelineOptions,
     /// Longest a stale "sold out" outlives a restock whose announcement was lost.
     pub stock_max_staleness: Duration,
+    /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
+    pub allow_redis_eviction: bool,
 }
 
 pub struct ScaleOut {
@@ -67,6 +71,7 @@ pub struct ScaleOut {
     claim_depends: Vec<&'static str>,
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
+    settings: Arc<settings::Watch>,
 }
 
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
@@ -117,6 +122,7 @@ impl ScaleOut {
     pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
         let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
         let mut redis = RedisConn::connect(&opts.redis).await?;
+        let settings = Arc::new(settings::Watch::start(&redis, opts.allow_redis_eviction).await?);
         let scripts = Arc::new(Scripts::default());
         scripts.load(&mut redis).await?;
         let limiter = Arc::new(RedisLimiter::new(redis.clone()));
@@ -125,12 +131,17 @@ impl ScaleOut {
         let supervisor = Supervisor::new();
         let mut claim_depends = vec![stock::REFRESHER];
         stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
+        let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
+        supervisor.spawn("redis-settings", move |_| {
+            settings::recheck_loop(conn.clone(), watch.clone())
+        });
         let me = Arc::new(Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
             supervisor: supervisor.clone(),
+            settings,
             claim_depends: Vec::new(),
             limiter,
             stock,
@@ -227,6 +238,14 @@ impl ScaleOut {
 
     /// Refuses claims while a task they depend on has been down past [`DEPENDENCY_GRACE`].
     fn dependencies_up(&self) -> Result<(), Error> {
+        if self.settings.refusing() {
+            return Err(Error::Unavailable(
+                "Redis may evict keys (its maxmemory-policy is not noeviction), which can lose \
+                 answered orders; the claim was not processed and nothing was changed, retry \
+                 later"
+                    .into(),
+            ));
+        }
         for task in &self.claim_depends {
             if let Some(down) = self.supervisor.down_for(task) {
                 if down > DEPENDENCY_GRACE {
@@ -363,6 +382,13 @@ impl Backend for ScaleOut {
     }
 
     async fn health(&self) -> Result<(), Error> {
+        if self.settings.refusing() {
+            return Err(Error::Unavailable(
+                "Redis's maxmemory-policy may evict keys; claims are refused until it is \
+                 noeviction again"
+                    .into(),
+            ));
+        }
         if let Err(down) = self.supervisor.health() {
             return Err(Error::Unavailable(format!(
                 "a background task is not running: {down}"
@@ -391,5 +417,15 @@ impl Backend for ScaleOut {
 
     fn supervisor(&self) -> Option<Arc<Supervisor>> {
         Some(self.supervisor.clone())
+    }
+
+    fn health_details(&self) -> Option<serde_json::Value> {
+        let mut v = serde_json::json!({"redis_settings": self.settings.current()});
+        v["refusing_claims"] = self.settings.refusing().into();
+        Some(v)
+    }
+
+    fn metrics(&self) -> String {
+        self.settings.metrics()
     }
 }

@@ -8,12 +8,15 @@ mod cluster;
 mod fail_open;
 mod guards;
 mod outages;
+mod pg_refuses;
 mod pipeline;
 mod poison;
 mod procs;
 mod rebuild;
 mod redis_outage;
+mod redis_settings;
 mod sentinel;
+mod supervised;
 mod two_instances;
 mod worker_crash;
 
