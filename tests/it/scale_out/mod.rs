@@ -5,6 +5,7 @@
 
 mod cancel;
 mod cluster;
+mod cluster_outage;
 mod fail_open;
 mod guards;
 mod outages;

@@ -86,16 +86,23 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_with(&[])
+    }
+
+    /// With `extra` redis-server flags on every node (e.g. AOF).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "5000",
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start(&args)
             })
             .collect();
         let mut cmd = Command::new(find_binary("redis-cli"));
