@@ -321,3 +321,30 @@ async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_before_running_count_as_not_executed() {
+        assert!(surely_not_executed(&not_sent(Duration::from_millis(3))));
+        let loading = RedisError::from((ErrorKind::BusyLoadingError, "LOADING"));
+        assert!(surely_not_executed(&loading));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(surely_not_executed(&refused));
+        // Sent, then the connection broke or timed out: the script may have run.
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::TimedOut,
+        ] {
+            let e = RedisError::from(std::io::Error::from(kind));
+            assert!(!surely_not_executed(&e), "{kind:?}");
+            assert!(breaks_connection(&e), "{kind:?}");
+        }
+        let script = RedisError::from((ErrorKind::ResponseError, "ERR", "user script".into()));
+        assert!(!surely_not_executed(&script));
+        assert!(!breaks_connection(&script));
+    }
+}

@@ -47,7 +47,8 @@ impl Settings {
                 "AOF is off: a Redis crash loses every answered win since the last RDB snapshot \
                  (docs/SCALE_OUT.md, persistence)",
             ),
-            (Some(true), Some("always")) | (None, _) => None,
+            // INFO does not tell the fsync mode: no warning on a guess.
+            (Some(true), Some("always") | None) | (None, _) => None,
             (Some(true), Some("everysec")) => Some(
                 "appendfsync everysec: a machine crash loses about the last second of answered \
                  wins (docs/SCALE_OUT.md, persistence)",
@@ -228,5 +229,40 @@ pub async fn recheck_loop(conn: RedisConn, watch: std::sync::Weak<Watch>) -> any
             }
             None => tokio::time::sleep(RECHECK).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(policy: &str, aof: Option<bool>, fsync: Option<&str>) -> Settings {
+        Settings {
+            maxmemory_policy: Some(policy.into()),
+            appendonly: aof,
+            appendfsync: fsync.map(str::to_owned),
+            source: "config",
+        }
+    }
+
+    #[test]
+    fn only_noeviction_is_safe_and_only_aof_always_has_no_loss_window() {
+        assert!(!settings("noeviction", Some(true), Some("always")).evicts());
+        assert!(settings("allkeys-lru", Some(true), Some("always")).evicts());
+        assert!(settings("volatile-ttl", None, None).evicts());
+        assert_eq!(
+            settings("noeviction", Some(true), Some("always")).loss_window(),
+            None
+        );
+        for (aof, fsync, says) in [
+            (Some(false), None, "last RDB snapshot"),
+            (Some(true), Some("everysec"), "last second"),
+            (Some(true), Some("no"), "30 s"),
+        ] {
+            let w = settings("noeviction", aof, fsync).loss_window().unwrap();
+            assert!(w.contains(says) && w.contains("SCALE_OUT.md"), "{w}");
+        }
+        // INFO does not tell the fsync mode: no warning on a guess.
+        assert_eq!(settings("noeviction", Some(true), None).loss_window(), None);
     }
 }
