@@ -89,12 +89,13 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// The answer to a claim whose script call failed: "nothing was changed" only when the
 /// script surely did not run (the link refused it while Redis is down, or Redis rejected it
 /// before running); otherwise it may have run before the connection broke, and the client
-/// is told so.
-fn claim_failed(campaign: &str) -> impl Fn(anyhow::Error) -> Error + '_ {
+/// is told so. Never for a cluster: its client retries internally, so the error it returns
+/// (say, connection refused) may follow an attempt that ran and whose answer was lost.
+fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
     move |e| {
-        let not_run = e
-            .downcast_ref::<redis::RedisError>()
-            .is_some_and(surely_not_executed);
+        let not_run = !cluster
+            && e.downcast_ref::<redis::RedisError>()
+                .is_some_and(surely_not_executed);
         if not_run {
             tracing::debug!(error = %format!("{e:#}"), campaign, "claim refused: Redis unavailable");
             return Error::Unavailable(
@@ -348,7 +349,10 @@ impl Backend for ScaleOut {
             let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
-                .map_err(claim_failed(id))?;
+                .map_err(claim_failed(
+                    id,
+                    matches!(self.redis, RedisConn::Cluster(_)),
+                ))?;
             match claimed {
                 Claimed::Answer(a) => {
                     self.note_stock(id, &req.user_id, &a).await;
