@@ -154,7 +154,22 @@ impl Link {
             .0,
             wake: Arc::new(Notify::new()),
         });
-        tokio::spawn(keep_alive(Arc::downgrade(&link), link.wake.clone()));
+        let (weak, wake) = (Arc::downgrade(&link), link.wake.clone());
+        // The loop has no reason to panic; if it ever did, the link would stay in its last
+        // state for good, so it is restarted in place (it holds no state of its own).
+        tokio::spawn(async move {
+            use futures::FutureExt;
+            loop {
+                let run = std::panic::AssertUnwindSafe(keep_alive(weak.clone(), wake.clone()));
+                match run.catch_unwind().await {
+                    Ok(()) => return,
+                    Err(_) => {
+                        tracing::error!("the Redis reconnect loop panicked; restarting it");
+                        tokio::time::sleep(RETRY_MAX).await;
+                    }
+                }
+            }
+        });
         Ok(link)
     }
 
