@@ -75,6 +75,13 @@ impl Consumer {
         self.recheck_own = true;
     }
 
+    /// Reachability changes of this consumer's Redis connection (`None` for a cluster).
+    pub fn redis_watch(
+        &self,
+    ) -> Option<tokio::sync::watch::Receiver<crate::engine::redis::Health>> {
+        self.conn.watch()
+    }
+
     pub fn name(&self) -> &str {
         &self.opts.consumer
     }

@@ -92,6 +92,22 @@ pub async fn spawn(
     Ok(())
 }
 
+/// Resolves when the watched connection goes from down to up (never for a cluster).
+async fn redis_back(watch: &mut Option<watch::Receiver<crate::engine::redis::Health>>) {
+    let Some(w) = watch else {
+        return std::future::pending().await;
+    };
+    w.borrow_and_update();
+    loop {
+        if w.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if w.borrow_and_update().up {
+            return;
+        }
+    }
+}
+
 /// Longest one consumer step may take before it is abandoned and retried.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -101,6 +117,7 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyh
     const BACKOFF_MIN: Duration = Duration::from_millis(100);
     const BACKOFF_MAX: Duration = Duration::from_secs(2);
     let (mut idle, mut backoff) = (IDLE_MIN, BACKOFF_MIN);
+    let mut redis = consumer.redis_watch();
     while !*stopped.borrow() {
         // Bounded: a connection still reconnecting to an unreachable Redis can hang a request;
         // nothing is lost by abandoning a step (unacknowledged entries are read again).
@@ -134,6 +151,8 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyh
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stopped.changed() => {}
+            // Redis answering again ends a backoff at once: orders move within the reconnect.
+            _ = redis_back(&mut redis) => (idle, backoff) = (IDLE_MIN, BACKOFF_MIN),
         }
     }
     tracing::info!(consumer = consumer.name(), "order pipeline stopped");

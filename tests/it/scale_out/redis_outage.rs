@@ -143,6 +143,29 @@ fn tail(log: &str) -> String {
         .join("\n")
 }
 
+/// How long after `up` the first order won after `up` was in PostgreSQL (the worker moves
+/// orders again).
+pub(super) async fn first_order_persisted(log: &Log, client: &Client, up: Instant) -> Duration {
+    let order = log
+        .lock()
+        .iter()
+        .filter(|c| c.end > up)
+        .find_map(|c| match &c.seen {
+            Seen::Answer(a) => a.order_id.clone(),
+            _ => None,
+        })
+        .expect("an order was won after Redis answered");
+    let deadline = up + Duration::from_secs(30);
+    while client.order(&order).await.ok().flatten().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "order {order} never reached PostgreSQL"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    up.elapsed()
+}
+
 /// The slowest refusal of a claim sent while Redis was down (`from`..`to`), and how many.
 pub(super) fn refusals_between(log: &Log, from: Instant, to: Instant) -> (usize, Duration) {
     let log = log.lock();
@@ -231,10 +254,17 @@ async fn redis_killed_under_load_recovers_within_a_second_of_answering() {
         tokio::task::block_in_place(|| redis.start_again());
         let up = Instant::now();
         let took = recovery(&log, clients.len(), up, &[&a, &b]).await;
+        let moved = first_order_persisted(&log, &clients[0], up).await;
         let (refused, slowest) = refusals_between(&log, killed, up);
         eprintln!(
             "outage {outage} ms: instances won again after {took:?}; {refused} claims refused \
              during the outage, the slowest refusal took {slowest:?}"
+        );
+        eprintln!("outage {outage} ms: the worker stored an order won after the restart {moved:?} after Redis answered");
+        assert!(
+            moved <= Duration::from_secs(1),
+            "outage {outage} ms: the worker moved orders again only {moved:?} after Redis answered: {}",
+            tail(&worker.log_text())
         );
         for t in &took {
             assert!(
@@ -256,5 +286,4 @@ async fn redis_killed_under_load_recovers_within_a_second_of_answering() {
         t.await.unwrap();
     }
     check_orders(&clients[0], "storm", &log).await;
-    drop(worker);
 }
