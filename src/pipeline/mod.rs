@@ -18,7 +18,7 @@ use tokio::sync::watch;
 pub use consumer::{Consumer, Step};
 pub use entry::Entry;
 
-use crate::engine::redis::{Keys, RedisConn, RedisTarget, Scripts};
+use crate::engine::redis::{Health, Keys, RedisConn, RedisTarget, Scripts};
 use crate::ledger::PgLedger;
 use crate::supervise::Supervisor;
 
@@ -92,18 +92,20 @@ pub async fn spawn(
     Ok(())
 }
 
-/// Resolves when the watched connection goes from down to up (never for a cluster).
-async fn redis_back(watch: &mut Option<watch::Receiver<crate::engine::redis::Health>>) {
+/// Resolves once the watched connection is up on another connection than the one of
+/// generation `before` (it went down and came back since, maybe during the step that just
+/// failed); never for a cluster.
+async fn redis_back(watch: &mut Option<watch::Receiver<Health>>, before: Option<u64>) {
     let Some(w) = watch else {
         return std::future::pending().await;
     };
-    w.borrow_and_update();
     loop {
+        let now = *w.borrow_and_update();
+        if now.up && Some(now.generation) != before {
+            return;
+        }
         if w.changed().await.is_err() {
             return std::future::pending().await;
-        }
-        if w.borrow_and_update().up {
-            return;
         }
     }
 }
@@ -119,6 +121,7 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyh
     let (mut idle, mut backoff) = (IDLE_MIN, BACKOFF_MIN);
     let mut redis = consumer.redis_watch();
     while !*stopped.borrow() {
+        let generation = redis.as_ref().map(|w| w.borrow().generation);
         // Bounded: a connection still reconnecting to an unreachable Redis can hang a request;
         // nothing is lost by abandoning a step (unacknowledged entries are read again).
         let step = match tokio::time::timeout(STEP_TIMEOUT, consumer.step()).await {
@@ -152,7 +155,7 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyh
             _ = tokio::time::sleep(pause) => {}
             _ = stopped.changed() => {}
             // Redis answering again ends a backoff at once: orders move within the reconnect.
-            _ = redis_back(&mut redis) => (idle, backoff) = (IDLE_MIN, BACKOFF_MIN),
+            _ = redis_back(&mut redis, generation) => (idle, backoff) = (IDLE_MIN, BACKOFF_MIN),
         }
     }
     tracing::info!(consumer = consumer.name(), "order pipeline stopped");

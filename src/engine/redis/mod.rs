@@ -9,12 +9,19 @@
 //! to Redis by guarded, idempotent scripts, so a process dying between the two writes leaves
 //! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start;
 //! restocks and status changes also catch up on restocks — brings it level.
+//!
+//! Staying up through faults: every Redis connection is a self-healing link (`link.rs`:
+//! requests refused at once while Redis is down, back within about 250 ms of it answering);
+//! the background tasks run under a [`Supervisor`] (restarted when they die, `/healthz` 503
+//! meanwhile); Redis's eviction policy and persistence are checked (`settings.rs`); and a
+//! failed claim says whether anything may have changed (`refuse.rs`).
 
 mod admin;
 mod conn;
 mod keys;
 mod link;
 mod ratelimit;
+mod refuse;
 mod scripts;
 mod sentinel;
 mod settings;
@@ -30,6 +37,7 @@ pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
+pub use refuse::DEPENDENCY_GRACE;
 pub use scripts::Scripts;
 pub use settings::Watch as RedisSettings;
 pub use stock::StockKeeper;
@@ -78,40 +86,8 @@ pub struct ScaleOut {
 /// longest a `PUT …/limits` through one instance takes to apply on the others.
 pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
 
-/// Claims are refused while a task they depend on — the in-process pipeline (a `won` with
-/// nothing moving orders into the ledger) or the stock refresher (a stale `sold_out` could
-/// outlive a restock without bound) — has been down longer than this.
-pub const DEPENDENCY_GRACE: Duration = Duration::from_secs(1);
-
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The answer to a claim whose script call failed: "nothing was changed" only when the
-/// script surely did not run (the link refused it while Redis is down, or Redis rejected it
-/// before running); otherwise it may have run before the connection broke, and the client
-/// is told so. Never for a cluster: its client retries internally, so the error it returns
-/// (say, connection refused) may follow an attempt that ran and whose answer was lost.
-fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
-    move |e| {
-        let not_run = !cluster
-            && e.downcast_ref::<redis::RedisError>()
-                .is_some_and(surely_not_executed);
-        if not_run {
-            tracing::debug!(error = %format!("{e:#}"), campaign, "claim refused: Redis unavailable");
-            return Error::Unavailable(
-                "Redis is unavailable; the claim was not processed and nothing was changed, \
-                 retry later"
-                    .into(),
-            );
-        }
-        tracing::error!(error = %format!("{e:#}"), campaign, "claim script failed");
-        Error::Unavailable(
-            "the claim could not be completed by Redis; it may or may not have been \
-             processed: retry with the same Idempotency-Key to learn its outcome"
-                .into(),
-        )
-    }
-}
 
 fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
     move |e| Error::unavailable(context, e)
@@ -131,6 +107,9 @@ impl ScaleOut {
         let stock = StockKeeper::new(redis.clone());
         let supervisor = Supervisor::new();
         let mut claim_depends = vec![stock::REFRESHER];
+        if opts.run_worker {
+            claim_depends.push(pipeline::TASK);
+        }
         stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
         let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
         supervisor.spawn("redis-settings", move |_| {
@@ -143,7 +122,7 @@ impl ScaleOut {
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
             supervisor: supervisor.clone(),
             settings,
-            claim_depends: Vec::new(),
+            claim_depends,
             limiter,
             stock,
         });
@@ -154,12 +133,7 @@ impl ScaleOut {
         }
         if opts.run_worker {
             pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
-            claim_depends.push(pipeline::TASK);
         }
-        let mut me = me;
-        Arc::get_mut(&mut me)
-            .expect("no other handle exists yet")
-            .claim_depends = claim_depends;
         Ok(me)
     }
 
@@ -237,27 +211,9 @@ impl ScaleOut {
         }
     }
 
-    /// Refuses claims while a task they depend on has been down past [`DEPENDENCY_GRACE`].
+    /// Refuses claims while Redis may evict keys or a task they depend on is down.
     fn dependencies_up(&self) -> Result<(), Error> {
-        if self.settings.refusing() {
-            return Err(Error::Unavailable(
-                "Redis may evict keys (its maxmemory-policy is not noeviction), which can lose \
-                 answered orders; the claim was not processed and nothing was changed, retry \
-                 later"
-                    .into(),
-            ));
-        }
-        for task in &self.claim_depends {
-            if let Some(down) = self.supervisor.down_for(task) {
-                if down > DEPENDENCY_GRACE {
-                    return Err(Error::Unavailable(format!(
-                        "this instance's {task} task is restarting; the claim was not processed \
-                         and nothing was changed, retry later"
-                    )));
-                }
-            }
-        }
-        Ok(())
+        refuse::unless_dependencies_up(&self.settings, &self.supervisor, &self.claim_depends)
     }
 
     /// Orders answered `won` but not yet in the ledger, over every campaign.
@@ -349,7 +305,7 @@ impl Backend for ScaleOut {
             let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
-                .map_err(claim_failed(
+                .map_err(refuse::claim_failed(
                     id,
                     matches!(self.redis, RedisConn::Cluster(_)),
                 ))?;
