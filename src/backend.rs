@@ -85,4 +85,20 @@ pub trait Backend: Send + Sync + 'static {
     fn limits_refresh(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// The supervisor of this backend's background tasks, which also runs the server's own
+    /// (the limits re-reader); `None` spawns them unsupervised.
+    fn supervisor(&self) -> Option<Arc<crate::supervise::Supervisor>> {
+        None
+    }
+
+    /// Extra facts `/healthz` shows (healthy or not), e.g. the settings of a store.
+    fn health_details(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Extra Prometheus lines for `/metrics`.
+    fn metrics(&self) -> String {
+        String::new()
+    }
 }

@@ -200,6 +200,11 @@ pub struct ScaleOutArgs {
     #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]
     pub postgres: Option<String>,
 
+    /// Start (and keep serving claims) even though Redis's maxmemory-policy may evict keys:
+    /// an evicted stream entry is an answered win lost. Without it such a Redis is refused.
+    #[arg(long, env = "SECKILL_ALLOW_REDIS_EVICTION")]
+    pub allow_redis_eviction: bool,
+
     /// Do not run the order pipeline in this process (a `seckill worker` runs it).
     #[arg(long, env = "SECKILL_NO_WORKER")]
     pub no_worker: bool,
@@ -299,6 +304,11 @@ pub struct WorkerConfig {
     /// PostgreSQL ledger.
     #[arg(long, env = "SECKILL_POSTGRES", hide_env_values = true)]
     pub postgres: String,
+
+    /// Start (and keep serving claims) even though Redis's maxmemory-policy may evict keys:
+    /// an evicted stream entry is an answered win lost. Without it such a Redis is refused.
+    #[arg(long, env = "SECKILL_ALLOW_REDIS_EVICTION")]
+    pub allow_redis_eviction: bool,
 
     #[command(flatten)]
     pub pipeline: PipelineArgs,

@@ -15,4 +15,5 @@ pub mod http;
 pub mod ledger;
 pub mod load;
 pub mod pipeline;
+pub mod supervise;
 pub mod telemetry;

@@ -26,6 +26,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
         run_worker: !s.no_worker,
         pipeline: s.pipeline.options(),
         stock_max_staleness: Duration::from_millis(s.stock_max_staleness_ms.max(1)),
+        allow_redis_eviction: s.allow_redis_eviction,
         redis: redis.clone(),
     };
     let backend = ScaleOut::open(opts).await?;
@@ -46,14 +47,15 @@ pub async fn run_worker(cfg: WorkerConfig) -> anyhow::Result<ExitCode> {
     };
     let ledger = Arc::new(PgLedger::open(&cfg.postgres, cfg.pipeline.pg_connections).await?);
     let scripts = Arc::new(Scripts::default());
-    scripts
-        .load(&mut RedisConn::connect(&target).await?)
-        .await?;
-    let worker = crate::pipeline::spawn(&target, ledger, scripts, cfg.pipeline.options()).await?;
+    let mut conn = RedisConn::connect(&target).await?;
+    crate::engine::redis::RedisSettings::start(&conn, cfg.allow_redis_eviction).await?;
+    scripts.load(&mut conn).await?;
+    let sup = crate::supervise::Supervisor::new();
+    crate::pipeline::spawn(&target, ledger, scripts, cfg.pipeline.options(), &sup).await?;
     tracing::info!("seckill worker running");
     super::serve::shutdown_signal().await;
     tracing::info!("shutdown requested");
-    worker.stop().await;
+    sup.shutdown().await;
     tracing::info!("worker stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }

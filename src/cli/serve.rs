@@ -132,22 +132,35 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
 }
 
 /// Re-reads every campaign's limits each `every` until the guards are dropped, so limits set
-/// through another instance apply here within `every` (plus one ledger read).
+/// through another instance apply here within `every` (plus one ledger read). Supervised by
+/// the backend's supervisor when it has one.
 fn spawn_limits_refresh(backend: Arc<dyn Backend>, guards: Weak<Guards>, every: Duration) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(guards) = guards.upgrade() else {
-                return;
-            };
-            match backend.all_limits().await {
-                Ok(all) => guards.replace_campaign_limits(all),
-                Err(e) => tracing::warn!(error = %e, "re-reading campaign rate limits failed"),
-            }
+    let sup = backend.supervisor();
+    match sup {
+        Some(sup) => sup.spawn("limits-refresh", move |_| {
+            limits_refresh(backend.clone(), guards.clone(), every)
+        }),
+        None => drop(tokio::spawn(limits_refresh(backend, guards, every))),
+    }
+}
+
+async fn limits_refresh(
+    backend: Arc<dyn Backend>,
+    guards: Weak<Guards>,
+    every: Duration,
+) -> anyhow::Result<()> {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(guards) = guards.upgrade() else {
+            return Ok(());
+        };
+        match backend.all_limits().await {
+            Ok(all) => guards.replace_campaign_limits(all),
+            Err(e) => tracing::warn!(error = %e, "re-reading campaign rate limits failed"),
         }
-    });
+    }
 }
 
 pub async fn run(cfg: ServeConfig) -> anyhow::Result<ExitCode> {

@@ -180,6 +180,6 @@ pub async fn metrics(_: Admin, State(app): State<AppState>) -> impl IntoResponse
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.guards.render_metrics(),
+        app.guards.render_metrics() + &app.backend.metrics(),
     )
 }

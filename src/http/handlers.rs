@@ -98,21 +98,23 @@ pub async fn cancel(
 }
 
 pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
-    match app.backend.health().await {
+    let (status, mut body) = match app.backend.health().await {
         Ok(()) => {
             let mut body = json!({"status": "ok"});
             if let Some(lag) = app.backend.pipeline_lag().await {
                 body["pipeline_lag"] = json!(lag);
             }
-            (StatusCode::OK, Json(body))
+            (StatusCode::OK, body)
         }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({"status": "unavailable", "error": {"code": "internal", "message": e.to_string()}}),
-            ),
+            json!({"status": "unavailable", "error": {"code": "internal", "message": e.to_string()}}),
         ),
+    };
+    if let Some(Value::Object(details)) = app.backend.health_details() {
+        body.as_object_mut().expect("a JSON object").extend(details);
     }
+    (status, Json(body))
 }
 
 pub async fn not_found() -> ApiError {

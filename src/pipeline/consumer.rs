@@ -75,6 +75,13 @@ impl Consumer {
         self.recheck_own = true;
     }
 
+    /// Reachability changes of this consumer's Redis connection (`None` for a cluster).
+    pub fn redis_watch(
+        &self,
+    ) -> Option<tokio::sync::watch::Receiver<crate::engine::redis::Health>> {
+        self.conn.watch()
+    }
+
     pub fn name(&self) -> &str {
         &self.opts.consumer
     }
@@ -218,6 +225,10 @@ impl Consumer {
         }
         let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
         match self.ledger.insert_pipeline_orders(&orders).await {
+            // The test hook of `crate::supervise`: die after the commit, before the ack.
+            Ok(_) if crate::supervise::test_panic(super::TASK) => {
+                panic!("test hook: the pipeline dies between commit and acknowledgement")
+            }
             Ok(collisions) => {
                 for o in &collisions {
                     self.collision(&good, o).await?;

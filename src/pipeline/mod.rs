@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 pub use consumer::{Consumer, Step};
 pub use entry::Entry;
 
-use crate::engine::redis::{Keys, RedisConn, RedisTarget, Scripts};
+use crate::engine::redis::{Health, Keys, RedisConn, RedisTarget, Scripts};
 use crate::ledger::PgLedger;
+use crate::supervise::Supervisor;
 
 #[derive(Debug, Clone)]
 pub struct PipelineOptions {
@@ -70,47 +70,58 @@ pub async fn lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u
     Ok(total)
 }
 
-/// A running consumer task.
-pub struct Worker {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
+/// The supervised task name of the in-process consumer.
+pub const TASK: &str = "pipeline";
 
-impl Worker {
-    /// Lets the current step finish, then stops.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "the pipeline task failed");
-        }
-    }
-}
-
-/// Starts a consumer on a dedicated Redis connection.
+/// Starts a consumer on a dedicated Redis connection, supervised by `sup` (restarted if it
+/// panics or exits; a new consumer first re-reads the entries it held, under the same name).
+/// It stops, after finishing its current step, on the supervisor's shutdown.
 pub async fn spawn(
     target: &RedisTarget,
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     opts: PipelineOptions,
-) -> anyhow::Result<Worker> {
+    sup: &Arc<Supervisor>,
+) -> anyhow::Result<()> {
     let conn = RedisConn::connect(target).await?;
-    let consumer = Consumer::new(conn, ledger, scripts, opts);
-    tracing::info!(consumer = consumer.name(), "order pipeline started");
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(run(consumer, stopped));
-    Ok(Worker { stop, task })
+    tracing::info!(consumer = %opts.consumer, "order pipeline started");
+    sup.spawn_graceful(TASK, move |stopped| {
+        let consumer = Consumer::new(conn.clone(), ledger.clone(), scripts.clone(), opts.clone());
+        run(consumer, stopped)
+    });
+    Ok(())
+}
+
+/// Resolves once the watched connection is up on another connection than the one of
+/// generation `before` (it went down and came back since, maybe during the step that just
+/// failed); never for a cluster.
+async fn redis_back(watch: &mut Option<watch::Receiver<Health>>, before: Option<u64>) {
+    let Some(w) = watch else {
+        return std::future::pending().await;
+    };
+    loop {
+        let now = *w.borrow_and_update();
+        if now.up && Some(now.generation) != before {
+            return;
+        }
+        if w.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
 }
 
 /// Longest one consumer step may take before it is abandoned and retried.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
+async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyhow::Result<()> {
     const IDLE_MIN: Duration = Duration::from_millis(2);
     const IDLE_MAX: Duration = Duration::from_millis(50);
     const BACKOFF_MIN: Duration = Duration::from_millis(100);
     const BACKOFF_MAX: Duration = Duration::from_secs(2);
     let (mut idle, mut backoff) = (IDLE_MIN, BACKOFF_MIN);
+    let mut redis = consumer.redis_watch();
     while !*stopped.borrow() {
+        let generation = redis.as_ref().map(|w| w.borrow().generation);
         // Bounded: a connection still reconnecting to an unreachable Redis can hang a request;
         // nothing is lost by abandoning a step (unacknowledged entries are read again).
         let step = match tokio::time::timeout(STEP_TIMEOUT, consumer.step()).await {
@@ -143,7 +154,10 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) {
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stopped.changed() => {}
+            // Redis answering again ends a backoff at once: orders move within the reconnect.
+            _ = redis_back(&mut redis, generation) => (idle, backoff) = (IDLE_MIN, BACKOFF_MIN),
         }
     }
     tracing::info!(consumer = consumer.name(), "order pipeline stopped");
+    Ok(())
 }

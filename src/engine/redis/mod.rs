@@ -9,13 +9,22 @@
 //! to Redis by guarded, idempotent scripts, so a process dying between the two writes leaves
 //! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start;
 //! restocks and status changes also catch up on restocks — brings it level.
+//!
+//! Staying up through faults: every Redis connection is a self-healing link (`link.rs`:
+//! requests refused at once while Redis is down, back within about 250 ms of it answering);
+//! the background tasks run under a [`Supervisor`] (restarted when they die, `/healthz` 503
+//! meanwhile); Redis's eviction policy and persistence are checked (`settings.rs`); and a
+//! failed claim says whether anything may have changed (`refuse.rs`).
 
 mod admin;
 mod conn;
 mod keys;
+mod link;
 mod ratelimit;
+mod refuse;
 mod scripts;
 mod sentinel;
+mod settings;
 mod stock;
 
 use std::sync::Arc;
@@ -26,8 +35,11 @@ use redis::AsyncCommands;
 
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
+pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
+pub use refuse::DEPENDENCY_GRACE;
 pub use scripts::Scripts;
+pub use settings::Watch as RedisSettings;
 pub use stock::StockKeeper;
 
 use crate::backend::Backend;
@@ -36,7 +48,8 @@ use crate::domain::{
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
-use crate::pipeline::{self, PipelineOptions, Worker};
+use crate::pipeline::{self, PipelineOptions};
+use crate::supervise::Supervisor;
 use scripts::Claimed;
 
 /// Settings of the scale-out deployment.
@@ -54,6 +67,8 @@ pub struct ScaleOutOptions {
     pub pipeline: PipelineOptions,
     /// Longest a stale "sold out" outlives a restock whose announcement was lost.
     pub stock_max_staleness: Duration,
+    /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
+    pub allow_redis_eviction: bool,
 }
 
 pub struct ScaleOut {
@@ -62,9 +77,12 @@ pub struct ScaleOut {
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
     idem_limits: crate::engine::IdemLimits,
-    worker: tokio::sync::Mutex<Option<Worker>>,
+    supervisor: Arc<Supervisor>,
+    /// Supervised tasks without which claims are refused (see [`DEPENDENCY_GRACE`]).
+    claim_depends: Vec<&'static str>,
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
+    settings: Arc<settings::Watch>,
 }
 
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
@@ -84,20 +102,31 @@ impl ScaleOut {
     pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
         let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
         let mut redis = RedisConn::connect(&opts.redis).await?;
+        let settings = Arc::new(settings::Watch::start(&redis, opts.allow_redis_eviction).await?);
         let scripts = Arc::new(Scripts::default());
         scripts.load(&mut redis).await?;
         let limiter = Arc::new(RedisLimiter::new(redis.clone()));
         limiter.load().await?;
         let stock = StockKeeper::new(redis.clone());
-        stock.spawn_refresher(opts.stock_max_staleness);
-        stock.spawn_subscriber(&opts.redis);
+        let supervisor = Supervisor::new();
+        let mut claim_depends = vec![stock::REFRESHER];
+        if opts.run_worker {
+            claim_depends.push(pipeline::TASK);
+        }
+        stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
+        let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
+        supervisor.spawn("redis-settings", move |_| {
+            settings::recheck_loop(conn.clone(), watch.clone())
+        });
         let me = Arc::new(Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
             idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
             idem_limits: opts.idempotency_limits,
-            worker: tokio::sync::Mutex::new(None),
+            supervisor: supervisor.clone(),
+            settings,
+            claim_depends,
             limiter,
             stock,
         });
@@ -107,8 +136,7 @@ impl ScaleOut {
             })?;
         }
         if opts.run_worker {
-            let worker = pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline).await?;
-            *me.worker.lock().await = Some(worker);
+            pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
         }
         Ok(me)
     }
@@ -187,6 +215,11 @@ impl ScaleOut {
         }
     }
 
+    /// Refuses claims while Redis may evict keys or a task they depend on is down.
+    fn dependencies_up(&self) -> Result<(), Error> {
+        refuse::unless_dependencies_up(&self.settings, &self.supervisor, &self.claim_depends)
+    }
+
     /// Orders answered `won` but not yet in the ledger, over every campaign.
     pub async fn lag(&self) -> anyhow::Result<u64> {
         pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
@@ -261,6 +294,7 @@ impl Backend for ScaleOut {
         key: Option<IdempotencyKey>,
     ) -> Result<ClaimAnswer, Error> {
         let key = key.as_ref().map(IdempotencyKey::as_str);
+        self.dependencies_up()?;
         for attempt in 0..2 {
             let mut conn = self.conn();
             let script = self.scripts.claim(
@@ -275,15 +309,10 @@ impl Backend for ScaleOut {
             let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
-                .map_err(|e| {
-                    tracing::error!(error = %format!("{e:#}"), campaign = id, "claim script failed");
-                    // The script may have run before the connection broke: say so.
-                    Error::Unavailable(
-                        "the claim could not be completed by Redis; it may or may not have been \
-                         processed: retry with the same Idempotency-Key to learn its outcome"
-                            .into(),
-                    )
-                })?;
+                .map_err(refuse::claim_failed(
+                    id,
+                    matches!(self.redis, RedisConn::Cluster(_)),
+                ))?;
             match claimed {
                 Claimed::Answer(a) => {
                     self.note_stock(id, &req.user_id, &a).await;
@@ -317,6 +346,18 @@ impl Backend for ScaleOut {
     }
 
     async fn health(&self) -> Result<(), Error> {
+        if self.settings.refusing() {
+            return Err(Error::Unavailable(
+                "Redis's maxmemory-policy may evict keys; claims are refused until it is \
+                 noeviction again"
+                    .into(),
+            ));
+        }
+        if let Err(down) = self.supervisor.health() {
+            return Err(Error::Unavailable(format!(
+                "a background task is not running: {down}"
+            )));
+        }
         let mut conn = self.conn();
         let cmd = redis::cmd("PING");
         let ping = cmd.query_async::<String>(&mut conn);
@@ -335,8 +376,20 @@ impl Backend for ScaleOut {
     }
 
     async fn shutdown(&self) {
-        if let Some(worker) = self.worker.lock().await.take() {
-            worker.stop().await;
-        }
+        self.supervisor.shutdown().await;
+    }
+
+    fn supervisor(&self) -> Option<Arc<Supervisor>> {
+        Some(self.supervisor.clone())
+    }
+
+    fn health_details(&self) -> Option<serde_json::Value> {
+        let mut v = serde_json::json!({"redis_settings": self.settings.current()});
+        v["refusing_claims"] = self.settings.refusing().into();
+        Some(v)
+    }
+
+    fn metrics(&self) -> String {
+        self.settings.metrics()
     }
 }

@@ -25,6 +25,11 @@ use redis::AsyncCommands;
 use super::conn::{RedisConn, RedisTarget};
 use super::keys::Keys;
 use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
+use crate::supervise::Supervisor;
+
+/// Supervised task names.
+pub const REFRESHER: &str = "stock-refresher";
+pub const SUBSCRIBER: &str = "stock-subscriber";
 
 /// The pub/sub channel on which instances announce a campaign whose stock may have grown.
 pub const CHANNEL: &str = "seckill:stock";
@@ -131,65 +136,123 @@ impl StockKeeper {
         }
     }
 
-    /// Re-reads every campaign believed sold out (or not yet published), every `every`.
-    pub fn spawn_refresher(self: &Arc<Self>, every: Duration) {
+    /// Runs the refresher and (except under Sentinel) the subscriber as supervised tasks.
+    pub fn supervise(
+        self: &Arc<Self>,
+        sup: &Arc<Supervisor>,
+        every: Duration,
+        target: &RedisTarget,
+    ) {
         let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(me) = me.upgrade() else { return };
-                for (id, e) in me.board.all() {
-                    if e.remaining() == 0 {
-                        if let Err(err) = me.refresh(&id, &e, false).await {
-                            tracing::warn!(campaign = id, error = %err, "stock re-read failed");
-                        }
+        sup.spawn(REFRESHER, move |_| Self::refresh_loop(me.clone(), every));
+        if target.sentinel_master.is_none() {
+            // A cluster broadcasts PUBLISH to every node, so one seed node hears every message.
+            let (me, url) = (Arc::downgrade(self), target.urls[0].clone());
+            sup.spawn(SUBSCRIBER, move |_| {
+                Self::subscribe(me.clone(), url.clone())
+            });
+        }
+    }
+
+    /// Re-reads every campaign believed sold out (or not yet published), every `every`, until
+    /// the keeper is dropped.
+    pub async fn refresh_loop(me: std::sync::Weak<Self>, every: Duration) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(me) = me.upgrade() else {
+                return Ok(());
+            };
+            if crate::supervise::test_panic(REFRESHER) {
+                panic!("test hook: the stock refresher dies");
+            }
+            for (id, e) in me.board.all() {
+                if e.remaining() == 0 {
+                    if let Err(err) = me.refresh(&id, &e, false).await {
+                        tracing::warn!(campaign = id, error = %err, "stock re-read failed");
                     }
                 }
             }
-        });
+        }
     }
 
-    /// Listens on [`CHANNEL`] over its own connection (reconnecting after errors) until the
-    /// keeper is dropped. Sentinel deployments have no subscriber: the refresher bounds them.
-    pub fn spawn_subscriber(self: &Arc<Self>, target: &RedisTarget) {
-        if target.sentinel_master.is_some() {
-            return;
-        }
-        // A cluster broadcasts PUBLISH to every node, so one seed node hears every message.
-        let url = target.urls[0].clone();
-        let me = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                if me.upgrade().is_none() {
-                    return;
-                }
-                if let Err(e) = listen(&url, &me).await {
+    /// Listens on [`CHANNEL`] over its own connection until the keeper is dropped; returns
+    /// (for its supervisor) only if the keeper is gone. A lost connection is retried every
+    /// 50–250 ms, so the subscriber is back within about 250 ms of Redis answering; after each
+    /// (re)subscription every campaign on the board is re-read, since announcements made while
+    /// it was away are lost. Sentinel deployments have no subscriber: the refresher bounds them.
+    pub async fn subscribe(me: std::sync::Weak<Self>, url: String) -> anyhow::Result<()> {
+        let mut retry = SUBSCRIBE_RETRY_MIN;
+        let mut failing = false;
+        loop {
+            if me.upgrade().is_none() {
+                return Ok(());
+            }
+            match listen(&url, &me).await {
+                Ok(()) => return Ok(()),
+                Err(Listen::Lost(e)) => {
+                    retry = SUBSCRIBE_RETRY_MIN;
+                    failing = false;
                     tracing::warn!(error = %e, "stock subscriber lost its connection; retrying");
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                Err(Listen::Connect(e)) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "stock subscriber cannot connect; retrying");
+                }
+                Err(Listen::Connect(_)) => {}
             }
-        });
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(SUBSCRIBE_RETRY_MAX);
+        }
+    }
+
+    /// Re-reads every campaign on the board (after announcements may have been missed).
+    async fn refresh_all(&self) {
+        for (id, e) in self.board.all() {
+            if let Err(err) = self.refresh(&id, &e, false).await {
+                tracing::warn!(campaign = id, error = %err, "stock re-read failed");
+            }
+        }
     }
 }
 
-async fn listen(url: &str, me: &std::sync::Weak<StockKeeper>) -> anyhow::Result<()> {
+const SUBSCRIBE_RETRY_MIN: Duration = Duration::from_millis(50);
+const SUBSCRIBE_RETRY_MAX: Duration = Duration::from_millis(250);
+
+enum Listen {
+    Connect(anyhow::Error),
+    Lost(anyhow::Error),
+}
+
+async fn listen(url: &str, me: &std::sync::Weak<StockKeeper>) -> Result<(), Listen> {
     use futures::StreamExt;
-    let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
-    pubsub.subscribe(CHANNEL).await?;
+    let connect = async {
+        let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
+        pubsub.subscribe(CHANNEL).await?;
+        anyhow::Ok(pubsub)
+    };
+    let pubsub = tokio::time::timeout(super::link::CONNECT_TIMEOUT, connect)
+        .await
+        .map_err(|_| Listen::Connect(anyhow::anyhow!("connecting timed out")))?
+        .map_err(Listen::Connect)?;
     tracing::info!(channel = CHANNEL, "stock subscriber listening");
-    let mut messages = pubsub.on_message();
+    if let Some(keeper) = me.upgrade() {
+        keeper.refresh_all().await;
+    }
+    let mut messages = pubsub.into_on_message();
     while let Some(msg) = messages.next().await {
         let Some(keeper) = me.upgrade() else {
             return Ok(());
         };
-        let campaign: String = msg.get_payload()?;
+        let campaign: String = msg
+            .get_payload()
+            .map_err(|e| Listen::Lost(anyhow::Error::from(e)))?;
         if let Some(e) = keeper.board.get(&campaign) {
             if let Err(err) = keeper.refresh(&campaign, &e, false).await {
                 tracing::warn!(campaign, error = %err, "re-reading an announced campaign failed");
             }
         }
     }
-    anyhow::bail!("the subscription ended")
+    Err(Listen::Lost(anyhow::anyhow!("the subscription ended")))
 }

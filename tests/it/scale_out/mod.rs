@@ -1,18 +1,24 @@
 //! Scale-out tests beyond the conformance suite: several real `seckill serve` processes on one
-//! Redis and one PostgreSQL, a SIGKILLed worker, a PostgreSQL outage, a Redis kill -9 with
-//! AOF, a Redis Cluster, poison orders, rebuilding the gate from the ledger, and the rate
-//! limiter failing open.
+//! Redis and one PostgreSQL, a SIGKILLed worker, a PostgreSQL outage and PostgreSQL refusing
+//! writes, Redis kill -9 with AOF (and outages of several lengths under load, single node and
+//! a Cluster master), a Redis Cluster, poison orders, rebuilding the gate from the ledger, the
+//! rate limiter failing open, supervised background tasks dying, and Redis settings checks.
 
 mod cancel;
 mod cluster;
+mod cluster_outage;
 mod fail_open;
 mod guards;
 mod outages;
+mod pg_refuses;
 mod pipeline;
 mod poison;
 mod procs;
 mod rebuild;
+mod redis_outage;
+mod redis_settings;
 mod sentinel;
+mod supervised;
 mod two_instances;
 mod worker_crash;
 

@@ -27,12 +27,22 @@ fn scale_args(redis: &[String], postgres: &str) -> Vec<String> {
 impl Seckill {
     /// `seckill serve` on a free port against `redis` and `postgres`, plus `extra` flags.
     pub fn serve(redis: &[String], postgres: &str, extra: &[&str]) -> Seckill {
+        Self::serve_env(redis, postgres, extra, &[])
+    }
+
+    /// [`Seckill::serve`] with extra environment variables.
+    pub fn serve_env(
+        redis: &[String],
+        postgres: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Seckill {
         let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--admin-token", TOKEN]
             .map(String::from)
             .to_vec();
         args.extend(scale_args(redis, postgres));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(args, "listening on http://")
+        Self::start(args, env, "listening on http://")
     }
 
     /// `seckill worker` against `redis` and `postgres`, plus `extra` flags.
@@ -40,12 +50,13 @@ impl Seckill {
         let mut args = vec!["worker".to_string()];
         args.extend(scale_args(redis, postgres));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(args, "seckill worker running")
+        Self::start(args, &[], "seckill worker running")
     }
 
-    fn start(args: Vec<String>, ready: &str) -> Seckill {
+    fn start(args: Vec<String>, env: &[(&str, &str)], ready: &str) -> Seckill {
         let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args(&args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -83,6 +94,18 @@ impl Seckill {
     /// What the process logged so far.
     pub fn log_text(&self) -> String {
         self.log.lock().join("\n")
+    }
+
+    /// Waits up to `limit` for the process to exit on its own; its status.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
     }
 
     pub fn sigkill(&mut self) {

@@ -33,6 +33,7 @@ async fn failover_to_the_replica_keeps_selling() {
     redis.wait_replicated();
 
     redis.kill_primary_and_fail_over();
+    let failed_over = std::time::Instant::now();
     // Requests fail until the gate has found the new primary; then they are answered again.
     let mut tried = HashSet::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -49,6 +50,14 @@ async fn failover_to_the_replica_keeps_selling() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    let took = failed_over.elapsed();
+    eprintln!(
+        "sentinel failover: first claim answered {took:?} after the sentinel named the new primary"
+    );
+    assert!(
+        took <= std::time::Duration::from_secs(1),
+        "the new primary served only {took:?} after the sentinel named it"
+    );
     let shots = (0..1000)
         .map(|i| load::Shot {
             user: format!("after-{i}"),

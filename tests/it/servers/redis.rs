@@ -52,9 +52,21 @@ impl RedisServer {
 
     /// kill -9, then start again on the same port and directory.
     pub fn kill_and_restart(&mut self) {
+        self.kill_9();
+        self.boot();
+    }
+
+    /// kill -9; returns once the process is gone.
+    pub fn kill_9(&mut self) {
         if let Some(d) = self.daemon.take() {
             d.stop(libc::SIGKILL);
         }
+    }
+
+    /// Starts a killed server again on the same port and directory; returns once it answers
+    /// PING (its AOF loaded).
+    pub fn start_again(&mut self) {
+        assert!(self.daemon.is_none(), "the server is still running");
         self.boot();
     }
 }
@@ -74,16 +86,23 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_with(&[])
+    }
+
+    /// With `extra` redis-server flags on every node (e.g. AOF).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "5000",
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start(&args)
             })
             .collect();
         let mut cmd = Command::new(find_binary("redis-cli"));

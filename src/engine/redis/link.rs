@@ -1,0 +1,365 @@
+//! One Redis connection that knows whether Redis is reachable, and reconnects by itself.
+//!
+//! Why not redis-rs's `ConnectionManager`: in 0.27 its reconnect future retries on
+//! backon's exponential builder with `factor = 100` on top of a 1 s minimum, so after a second
+//! failed attempt it sleeps 60–120 s, and every request issued meanwhile awaits that future
+//! until the caller's timeout. A Redis restart lasting more than about a second under load
+//! therefore took every instance down for a minute or two (the fix, redis-rs PR 1717, only
+//! shipped in redis 1.0 with a new API). This link owns the loop instead:
+//!
+//! - **Up**: requests go over one multiplexed connection. A request failing the way a dead
+//!   connection fails (I/O error, reset, EOF, timeout, `READONLY` from a demoted primary)
+//!   marks the link **Down** at once; so does a heartbeat `PING` every
+//!   [`HEARTBEAT`] that gets no `PONG` within [`PING_TIMEOUT`] (a silent partition).
+//! - **Down**: requests are refused at once with [`not_sent`] (nothing reached Redis, so the
+//!   caller can say "nothing was changed"), and requests still waiting on the old connection
+//!   are released with an error instead of waiting out their timeout. A background task
+//!   reconnects every 50–250 ms (connect timeout [`CONNECT_TIMEOUT`]) and goes Up again when
+//!   a fresh connection answers `PING`, i.e. within about 250 ms of Redis answering.
+//! - **Sentinel**: each (re)connect first asks the sentinels where the primary is, so a
+//!   failover is followed the same way a restart is.
+//!
+//! Observers ([`Link::watch`]) see every transition, e.g. to re-check Redis's settings after
+//! a reconnect.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline, RedisError,
+    RedisResult, Value,
+};
+use tokio::sync::{watch, Notify};
+
+use super::sentinel;
+
+/// Each connection attempt gives up after this long.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest one request waits for its answer on a connection believed healthy.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an Up link checks that Redis still answers.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// A heartbeat unanswered this long declares the connection dead.
+pub const PING_TIMEOUT: Duration = Duration::from_millis(1500);
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_millis(250);
+
+const NOT_SENT: &str = "Redis is unreachable; the command was not sent";
+
+/// Where the link connects.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    Node(ConnectionInfo),
+    /// The primary the sentinels call `master`; credentials and db come from the first URL.
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        master: String,
+    },
+}
+
+/// Reachability as observers see it; `generation` grows on every transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    pub up: bool,
+    pub generation: u64,
+}
+
+#[derive(Clone)]
+enum State {
+    Up(u64, MultiplexedConnection),
+    Down(u64, Instant),
+}
+
+impl State {
+    fn health(&self) -> Health {
+        match self {
+            State::Up(g, _) => Health {
+                up: true,
+                generation: *g,
+            },
+            State::Down(g, _) => Health {
+                up: false,
+                generation: *g,
+            },
+        }
+    }
+}
+
+pub struct Link {
+    endpoint: Endpoint,
+    state: watch::Sender<State>,
+    health: watch::Sender<Health>,
+    wake: Arc<Notify>,
+}
+
+/// The error of a request refused because the link is down: it never reached Redis.
+pub fn not_sent(down_for: Duration) -> RedisError {
+    RedisError::from((
+        ErrorKind::ClientError,
+        NOT_SENT,
+        format!("down for {} ms", down_for.as_millis()),
+    ))
+}
+
+/// Whether `e` guarantees the command was not executed: refused by the link before sending,
+/// or rejected by Redis before running anything (loading, out of memory, busy, read-only,
+/// not primary).
+pub fn surely_not_executed(e: &RedisError) -> bool {
+    (e.kind() == ErrorKind::ClientError && e.to_string().contains(NOT_SENT))
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some(
+                "LOADING"
+                    | "OOM"
+                    | "BUSY"
+                    | "READONLY"
+                    | "MASTERDOWN"
+                    | "CLUSTERDOWN"
+                    | "TRYAGAIN"
+                    | "NOREPLICAS"
+                    | "MISCONF"
+            )
+        )
+}
+
+/// Whether `e` means this connection is no longer usable.
+fn breaks_connection(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_unrecoverable_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.code() == Some("READONLY")
+}
+
+fn config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(CONNECT_TIMEOUT)
+        .set_response_timeout(RESPONSE_TIMEOUT)
+}
+
+impl Link {
+    /// Connects (failing if Redis cannot be reached now) and starts the reconnect task.
+    pub async fn connect(endpoint: Endpoint) -> anyhow::Result<Arc<Self>> {
+        let conn = open(&endpoint).await?;
+        let link = Arc::new(Self {
+            endpoint,
+            state: watch::channel(State::Up(0, conn)).0,
+            health: watch::channel(Health {
+                up: true,
+                generation: 0,
+            })
+            .0,
+            wake: Arc::new(Notify::new()),
+        });
+        let (weak, wake) = (Arc::downgrade(&link), link.wake.clone());
+        // The loop has no reason to panic; if it ever did, the link would stay in its last
+        // state for good, so it is restarted in place (it holds no state of its own).
+        tokio::spawn(async move {
+            use futures::FutureExt;
+            loop {
+                let run = std::panic::AssertUnwindSafe(keep_alive(weak.clone(), wake.clone()));
+                match run.catch_unwind().await {
+                    Ok(()) => return,
+                    Err(_) => {
+                        tracing::error!("the Redis reconnect loop panicked; restarting it");
+                        tokio::time::sleep(RETRY_MAX).await;
+                    }
+                }
+            }
+        });
+        Ok(link)
+    }
+
+    pub fn db(&self) -> i64 {
+        match &self.endpoint {
+            Endpoint::Node(info) => info.redis.db,
+            Endpoint::Sentinel { sentinels, .. } => sentinels[0].redis.db,
+        }
+    }
+
+    /// Reachability now, and every change from here on.
+    pub fn watch(&self) -> watch::Receiver<Health> {
+        self.health.subscribe()
+    }
+
+    /// The connection to use, or the refusal while down.
+    fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        match &*self.state.borrow() {
+            State::Up(g, c) => Ok((*g, c.clone())),
+            State::Down(_, since) => Err(not_sent(since.elapsed())),
+        }
+    }
+
+    fn set(&self, next: State) {
+        let health = next.health();
+        self.state.send_replace(next);
+        self.health.send_replace(health);
+    }
+
+    /// Marks the connection of `generation` dead (once) and wakes the reconnect task.
+    fn broken(&self, generation: u64, why: &RedisError) {
+        let mut changed = false;
+        self.state.send_if_modified(|s| match s {
+            State::Up(g, _) if *g == generation => {
+                *s = State::Down(generation + 1, Instant::now());
+                changed = true;
+                true
+            }
+            _ => false,
+        });
+        if changed {
+            self.health.send_replace(Health {
+                up: false,
+                generation: generation + 1,
+            });
+            tracing::warn!(error = %why, "Redis connection lost; refusing requests until Redis answers again");
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits for `request` (on the connection of `generation`), released at once if the link
+    /// goes down meanwhile; marks the link down if the request failed like a dead connection.
+    async fn guard<T>(
+        &self,
+        generation: u64,
+        request: impl std::future::Future<Output = RedisResult<T>>,
+    ) -> RedisResult<T> {
+        let mut changes = self.state.subscribe();
+        let result = tokio::select! {
+            r = request => r,
+            _ = changes.wait_for(|s| s.health().generation != generation) => {
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the Redis connection was declared dead while this request waited",
+                )))
+            }
+        };
+        if let Err(e) = &result {
+            if breaks_connection(e) {
+                self.broken(generation, e);
+            }
+        }
+        result
+    }
+
+    /// One command; refused at once while the link is down.
+    pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let (generation, mut conn) = self.current()?;
+        self.guard(generation, conn.req_packed_command(cmd)).await
+    }
+
+    /// A pipeline; refused at once while the link is down.
+    pub async fn request_many(
+        &self,
+        cmd: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let (generation, mut conn) = self.current()?;
+        self.guard(generation, conn.req_packed_commands(cmd, offset, count))
+            .await
+    }
+}
+
+/// Opens a connection to the endpoint and checks that Redis answers `PING`.
+async fn open(endpoint: &Endpoint) -> anyhow::Result<MultiplexedConnection> {
+    let info = match endpoint {
+        Endpoint::Node(info) => info.clone(),
+        Endpoint::Sentinel { sentinels, master } => {
+            let addr: ConnectionAddr = sentinel::resolve(sentinels, master).await?;
+            ConnectionInfo {
+                addr,
+                redis: sentinels[0].redis.clone(),
+            }
+        }
+    };
+    let attempt = async {
+        let mut conn = redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&config())
+            .await?;
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        anyhow::Ok(conn)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT + PING_TIMEOUT, attempt)
+        .await
+        .context("Redis did not answer in time")?
+        .context("cannot connect to Redis")
+}
+
+/// The reconnect loop: heartbeats while up, reconnects with a short backoff while down.
+async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
+    let mut retry = RETRY_MIN;
+    loop {
+        let Some(me) = link.upgrade() else { return };
+        let state = me.state.borrow().clone();
+        match state {
+            State::Up(generation, mut conn) => {
+                drop(me);
+                tokio::select! {
+                    _ = tokio::time::sleep(HEARTBEAT) => {}
+                    _ = wake.notified() => continue,
+                }
+                let ping = redis::cmd("PING");
+                let answer = tokio::time::timeout(PING_TIMEOUT, ping.query_async::<()>(&mut conn))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "heartbeat PING unanswered",
+                        )))
+                    });
+                if let (Err(e), Some(me)) = (answer, link.upgrade()) {
+                    if breaks_connection(&e) || e.code() == Some("LOADING") {
+                        me.broken(generation, &e);
+                    }
+                }
+            }
+            State::Down(generation, since) => match open(&me.endpoint).await {
+                Ok(conn) => {
+                    retry = RETRY_MIN;
+                    me.set(State::Up(generation + 1, conn));
+                    tracing::info!(
+                        down_ms = since.elapsed().as_millis() as u64,
+                        "Redis answers again; serving"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %format!("{e:#}"), "Redis still unreachable");
+                    drop(me);
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_before_running_count_as_not_executed() {
+        assert!(surely_not_executed(&not_sent(Duration::from_millis(3))));
+        let loading = RedisError::from((ErrorKind::BusyLoadingError, "LOADING"));
+        assert!(surely_not_executed(&loading));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(surely_not_executed(&refused));
+        // Sent, then the connection broke or timed out: the script may have run.
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::TimedOut,
+        ] {
+            let e = RedisError::from(std::io::Error::from(kind));
+            assert!(!surely_not_executed(&e), "{kind:?}");
+            assert!(breaks_connection(&e), "{kind:?}");
+        }
+        let script = RedisError::from((ErrorKind::ResponseError, "ERR", "user script".into()));
+        assert!(!surely_not_executed(&script));
+        assert!(!breaks_connection(&script));
+    }
+}

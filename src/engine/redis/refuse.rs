@@ -1,0 +1,72 @@
+//! When a claim is refused without reaching the gate, or the gate failed it: the honest 503s.
+//!
+//! A client must be able to tell "nothing was changed" (retry freely) from "it may have been
+//! processed" (retry with the same Idempotency-Key to learn the outcome); these functions
+//! decide which one a failure is.
+
+use std::time::Duration;
+
+use super::link::surely_not_executed;
+use super::settings;
+use crate::domain::Error;
+use crate::supervise::Supervisor;
+
+/// Claims are refused while a task they depend on — the in-process pipeline (a `won` with
+/// nothing moving orders into the ledger) or the stock refresher (a stale `sold_out` could
+/// outlive a restock without bound) — has been down longer than this.
+pub const DEPENDENCY_GRACE: Duration = Duration::from_secs(1);
+
+/// The answer to a claim whose script call failed: "nothing was changed" only when the
+/// script surely did not run (the link refused it while Redis is down, or Redis rejected it
+/// before running); otherwise it may have run before the connection broke, and the client
+/// is told so. Never for a cluster: its client retries internally, so the error it returns
+/// (say, connection refused) may follow an attempt that ran and whose answer was lost.
+pub fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
+    move |e| {
+        let not_run = !cluster
+            && e.downcast_ref::<redis::RedisError>()
+                .is_some_and(surely_not_executed);
+        if not_run {
+            tracing::debug!(error = %format!("{e:#}"), campaign, "claim refused: Redis unavailable");
+            return Error::Unavailable(
+                "Redis is unavailable; the claim was not processed and nothing was changed, \
+                 retry later"
+                    .into(),
+            );
+        }
+        tracing::error!(error = %format!("{e:#}"), campaign, "claim script failed");
+        Error::Unavailable(
+            "the claim could not be completed by Redis; it may or may not have been \
+             processed: retry with the same Idempotency-Key to learn its outcome"
+                .into(),
+        )
+    }
+}
+
+/// Refuses claims while Redis may evict keys (and that was not allowed) or a task in `depends`
+/// has been down past [`DEPENDENCY_GRACE`].
+pub fn unless_dependencies_up(
+    settings: &settings::Watch,
+    supervisor: &Supervisor,
+    depends: &[&'static str],
+) -> Result<(), Error> {
+    if settings.refusing() {
+        return Err(Error::Unavailable(
+            "Redis may evict keys (its maxmemory-policy is not noeviction), which can lose \
+             answered orders; the claim was not processed and nothing was changed, retry \
+             later"
+                .into(),
+        ));
+    }
+    for task in depends {
+        if let Some(down) = supervisor.down_for(task) {
+            if down > DEPENDENCY_GRACE {
+                return Err(Error::Unavailable(format!(
+                    "this instance's {task} task is restarting; the claim was not processed \
+                     and nothing was changed, retry later"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
