@@ -2,3 +2,4 @@
 
 mod admin;
 mod claims;
+mod order_ids;
