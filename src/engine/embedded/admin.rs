@@ -2,6 +2,12 @@
 //! never interleave. Pause and close apply under the claim lock before they are persisted (no
 //! claim decided afterwards wins); restock and resume apply only once durable (nothing sells
 //! before the change that allows it is on disk).
+//!
+//! Every operation that changes state runs detached from its request (`engine::detach`):
+//! its own task holds the admin mutex, waits for the commit and applies the in-memory change,
+//! and the request only awaits that task. A client that disconnects (hyper then drops the
+//! request future) can therefore never leave the ledger changed and the engine not, nor release
+//! the admin mutex half-way through an operation.
 
 use super::cell::Cell;
 use super::{commit_failed, Embedded};
@@ -10,11 +16,56 @@ use crate::domain::{
     now, parse_order_id, CampaignLimits, CampaignView, Error, NewCampaign, Order, OrderState,
     Restock, Status, Supply,
 };
+use crate::engine::detach::detached;
 use crate::engine::state::{CampaignDef, CampaignState};
 use crate::ledger::{CommitError, LedgerWrite};
 
 impl Embedded {
     pub(super) async fn create(&self, c: NewCampaign) -> Result<CampaignView, Error> {
+        detached(&self.me, move |me| async move { me.create_now(c).await }).await
+    }
+
+    pub(super) async fn add_stock(
+        &self,
+        id: &str,
+        restock: Restock,
+    ) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.add_stock_now(&id, restock).await
+        })
+        .await
+    }
+
+    pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.change_status_now(&id, to).await
+        })
+        .await
+    }
+
+    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+        let order_id = order_id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.cancel_order_now(&order_id).await
+        })
+        .await
+    }
+
+    pub(super) async fn store_limits(
+        &self,
+        id: &str,
+        limits: CampaignLimits,
+    ) -> Result<CampaignLimits, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.store_limits_now(&id, limits).await
+        })
+        .await
+    }
+
+    async fn create_now(&self, c: NewCampaign) -> Result<CampaignView, Error> {
         let _one_at_a_time = self.create.lock().await;
         if self.campaigns.read().contains_key(&c.id) {
             return Err(Error::Conflict(format!(
@@ -54,11 +105,7 @@ impl Embedded {
         Ok(view)
     }
 
-    pub(super) async fn add_stock(
-        &self,
-        id: &str,
-        restock: Restock,
-    ) -> Result<CampaignView, Error> {
+    async fn add_stock_now(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
         let cell = self.cell(id)?;
         let _admin = cell.admin.lock().await;
         {
@@ -102,7 +149,7 @@ impl Embedded {
         Ok(inner.state.view())
     }
 
-    pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
+    async fn change_status_now(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
         let cell = self.cell(id)?;
         let _admin = cell.admin.lock().await;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -156,7 +203,7 @@ impl Embedded {
         }
     }
 
-    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+    async fn cancel_order_now(&self, order_id: &str) -> Result<Order, Error> {
         let (campaign_id, _) = parse_order_id(order_id)?;
         let cell = self
             .cell(campaign_id)
@@ -186,7 +233,7 @@ impl Embedded {
         Ok(order)
     }
 
-    pub(super) async fn store_limits(
+    async fn store_limits_now(
         &self,
         id: &str,
         limits: CampaignLimits,

@@ -5,7 +5,8 @@
 //! decision order — submits the order to the group commit. The lock is released before any
 //! waiting. The answer is sent only after the commit; if it fails, the commit callback gives the
 //! units back and the client gets 503. Admin operations additionally take a per-campaign async
-//! mutex so they never interleave with each other.
+//! mutex so they never interleave with each other, and run on their own task so a client that
+//! disconnects cannot stop one between its commit and its in-memory change.
 //!
 //! Every change of a campaign's stock or status is published to the guard's stock board
 //! under the same lock, before the operation answers (see `guard::soldout`).
@@ -67,6 +68,8 @@ pub struct Embedded {
     commit: GroupCommit,
     create: tokio::sync::Mutex<()>,
     idempotency_ttl: chrono::Duration,
+    /// This engine, for admin operations that run on their own task (see `admin`).
+    me: std::sync::Weak<Embedded>,
 }
 
 fn commit_failed(e: CommitError) -> Error {
@@ -107,13 +110,14 @@ impl Embedded {
             campaigns.insert(stored.def.id, cell);
         }
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
             campaigns: RwLock::new(campaigns),
             board,
             ledger,
             commit,
             create: tokio::sync::Mutex::new(()),
             idempotency_ttl: ttl,
+            me: me.clone(),
         });
         tokio::spawn(prune_loop(Arc::downgrade(&me)));
         Ok(me)

@@ -35,6 +35,7 @@ use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
 use crate::pipeline::{self, PipelineOptions, Worker};
 use scripts::Claimed;
@@ -62,6 +63,8 @@ pub struct ScaleOut {
     worker: tokio::sync::Mutex<Option<Worker>>,
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
+    /// This engine, for admin operations that run on their own task (`engine::detach`).
+    me: std::sync::Weak<ScaleOut>,
 }
 
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
@@ -88,7 +91,7 @@ impl ScaleOut {
         let stock = StockKeeper::new(redis.clone());
         stock.spawn_refresher(opts.stock_max_staleness);
         stock.spawn_subscriber(&opts.redis);
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
@@ -96,6 +99,7 @@ impl ScaleOut {
             worker: tokio::sync::Mutex::new(None),
             limiter,
             stock,
+            me: me.clone(),
         });
         for id in ledger.campaign_ids().await? {
             me.reconcile(&id).await.map_err(|e| {
@@ -192,7 +196,7 @@ impl ScaleOut {
 #[async_trait]
 impl Backend for ScaleOut {
     async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
-        self.create(c).await
+        detached(&self.me, move |me| async move { me.create(c).await }).await
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
@@ -235,15 +239,23 @@ impl Backend for ScaleOut {
     }
 
     async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
-        let view = self.restock_campaign(id, restock).await?;
-        self.stock.changed(id).await;
-        Ok(view)
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            let view = me.restock_campaign(&id, restock).await?;
+            me.stock.changed(&id).await;
+            Ok(view)
+        })
+        .await
     }
 
     async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error> {
-        let view = self.change_status(id, status).await?;
-        self.stock.changed(id).await;
-        Ok(view)
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            let view = me.change_status(&id, status).await?;
+            me.stock.changed(&id).await;
+            Ok(view)
+        })
+        .await
     }
 
     fn stock_board(&self) -> Option<Arc<crate::guard::soldout::StockBoard>> {
@@ -307,9 +319,13 @@ impl Backend for ScaleOut {
     }
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
-        let order = self.cancel_order(order_id).await?;
-        self.stock.changed(&order.campaign_id).await;
-        Ok(order)
+        let order_id = order_id.to_owned();
+        detached(&self.me, move |me| async move {
+            let order = me.cancel_order(&order_id).await?;
+            me.stock.changed(&order.campaign_id).await;
+            Ok(order)
+        })
+        .await
     }
 
     async fn health(&self) -> Result<(), Error> {

@@ -2,4 +2,5 @@
 
 mod admin;
 mod claims;
+mod dropped;
 mod order_ids;
