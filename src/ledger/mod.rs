@@ -4,6 +4,7 @@
 //! read queries of the API. Writes are idempotent where they can arrive twice (orders are
 //! inserted with `ON CONFLICT DO NOTHING` on the order id), so a replayed batch is harmless.
 
+pub mod admin_keys;
 mod group_commit;
 mod postgres;
 mod postgres_ops;
@@ -58,6 +59,11 @@ pub enum LedgerWrite {
     },
     Cancel {
         order_id: String,
+        at: DateTime<Utc>,
+    },
+    /// Remembers an admin Idempotency-Key, in the transaction of the change it guards.
+    AdminKey {
+        key: crate::domain::AdminKey,
         at: DateTime<Utc>,
     },
     /// Replaces a campaign's guard rate limits.

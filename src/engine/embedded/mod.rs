@@ -32,8 +32,8 @@ use super::idempotency::Slot;
 use super::state::CampaignState;
 use crate::backend::Backend;
 use crate::domain::{
-    parse_order_id, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
-    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
+    parse_order_id, AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error,
+    IdempotencyKey, NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::guard::soldout::StockBoard;
 use crate::ledger::{CommitError, GroupCommit, Ledger, SqliteLedger};
@@ -143,6 +143,10 @@ impl Embedded {
             Ok(rows) => tracing::debug!(dropped, rows, "idempotency answers pruned"),
             Err(e) => tracing::warn!(error = %e, "pruning idempotency answers failed"),
         }
+        match self.ledger.prune_admin_keys(cutoff).await {
+            Ok(rows) => tracing::debug!(rows, "admin idempotency keys pruned"),
+            Err(e) => tracing::warn!(error = %e, "pruning admin idempotency keys failed"),
+        }
     }
 }
 
@@ -159,20 +163,34 @@ async fn prune_loop(me: std::sync::Weak<Embedded>) {
 
 #[async_trait]
 impl Backend for Embedded {
-    async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
-        self.create(c).await
+    async fn create_campaign(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.create(c, key).await
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
         Ok(self.cell(id)?.view())
     }
 
-    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
-        self.add_stock(id, restock).await
+    async fn restock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.add_stock(id, restock, key).await
     }
 
-    async fn set_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
-        self.change_status(id, to).await
+    async fn set_status(
+        &self,
+        id: &str,
+        to: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.change_status(id, to, key).await
     }
 
     async fn claim(

@@ -32,7 +32,7 @@ pub use stock::StockKeeper;
 
 use crate::backend::Backend;
 use crate::domain::{
-    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
+    AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::engine::detach::detached;
@@ -195,8 +195,12 @@ impl ScaleOut {
 
 #[async_trait]
 impl Backend for ScaleOut {
-    async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
-        detached(&self.me, move |me| async move { me.create(c).await }).await
+    async fn create_campaign(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        detached(&self.me, move |me| async move { me.create(c, key).await }).await
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
@@ -238,20 +242,30 @@ impl Backend for ScaleOut {
         Some(LIMITS_REFRESH)
     }
 
-    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
+    async fn restock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
-            let view = me.restock_campaign(&id, restock).await?;
+            let view = me.restock_campaign(&id, restock, key).await?;
             me.stock.changed(&id).await;
             Ok(view)
         })
         .await
     }
 
-    async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error> {
+    async fn set_status(
+        &self,
+        id: &str,
+        status: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
-            let view = me.change_status(&id, status).await?;
+            let view = me.change_status(&id, status, key).await?;
             me.stock.changed(&id).await;
             Ok(view)
         })
