@@ -13,9 +13,14 @@
 //!   re-reads the campaign from Redis when it hears an id.
 //! - **lost messages** (a subscriber reconnecting, a Sentinel deployment without a subscriber,
 //!   a claim answer overtaken by a restock): every `max_staleness` each instance re-reads every
-//!   campaign it believes sold out (one `HMGET` + `HLEN` per such campaign, never per request),
-//!   reloading holders when their count changed. A stale `sold_out` therefore outlives a
-//!   restock by at most `max_staleness` plus one round trip.
+//!   campaign it believes sold out (one `HMGET` per such campaign, never per request). A stale
+//!   `sold_out` therefore outlives a restock by at most `max_staleness` plus one round trip.
+//! - **holders by version**: every script that changes `{c:<id>}:users` (a win, a release, an
+//!   install) bumps the campaign's `hver` in the same atomic step, and the re-read fetches it
+//!   with the stock. Holders are reloaded only when the version differs from the one this
+//!   instance last loaded — a cancel followed at once by a re-win is seen even though the
+//!   number of holders is unchanged — so an idle sold-out campaign costs one `HMGET` per tick
+//!   however many holders it has, and a change costs one `HSCAN` pass.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +39,8 @@ pub struct StockKeeper {
     conn: RedisConn,
     /// One campaign loads its holders at a time; concurrent sold-out answers skip the load.
     loading: tokio::sync::Mutex<()>,
+    /// Per campaign, the holders version (`hver`) whose holders this instance has loaded.
+    loaded: parking_lot::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl StockKeeper {
@@ -42,6 +49,7 @@ impl StockKeeper {
             board: StockBoard::new(),
             conn,
             loading: tokio::sync::Mutex::new(()),
+            loaded: Default::default(),
         })
     }
 
@@ -90,8 +98,9 @@ impl StockKeeper {
     }
 
     /// Re-reads one campaign from the gate and publishes it. Holders are (re)loaded after the
-    /// stock is read and before it is published — when `holders`, or when their count
-    /// changed — so everyone who won before the stock read is known before "0 left" is.
+    /// stock is read and before it is published — when `holders`, or when the holders version
+    /// read with the stock differs from the one last loaded — so everyone who won before the
+    /// stock read is known before "0 left" is.
     pub async fn refresh(
         &self,
         campaign: &str,
@@ -100,18 +109,22 @@ impl StockKeeper {
     ) -> redis::RedisResult<()> {
         let k = Keys::new(campaign);
         let mut conn = self.conn.clone();
-        let (remaining, status): (Option<u64>, Option<String>) =
-            conn.hget(k.meta(), &["remaining", "status"]).await?;
+        let (remaining, status, version): (Option<u64>, Option<String>, Option<String>) = conn
+            .hget(k.meta(), &["remaining", "status", "hver"])
+            .await?;
         let Some(remaining) = remaining else {
             entry.publish(0, false);
             return Ok(());
         };
-        let count: usize = conn.hlen(k.users()).await?;
-        if holders || count != entry.holder_count() {
-            let users: Vec<String> = conn.hkeys(k.users()).await?;
-            for u in &users {
-                entry.add_holder(u);
+        let version = version.unwrap_or_default();
+        let known = self.loaded.lock().get(campaign) == Some(&version);
+        if holders || !known {
+            let mut users = conn.hscan::<_, (String, String)>(k.users()).await?;
+            while let Some((user, _held)) = users.next_item().await {
+                entry.add_holder(&user);
             }
+            drop(users);
+            self.loaded.lock().insert(campaign.to_owned(), version);
         }
         entry.publish(remaining, status.as_deref() == Some("active"));
         Ok(())

@@ -7,6 +7,7 @@ mod cancel;
 mod cluster;
 mod fail_open;
 mod guards;
+mod holders;
 mod outages;
 mod pipeline;
 mod poison;
