@@ -102,20 +102,12 @@ impl ScaleOut {
     /// Rebuilds a campaign missing from Redis from the ledger. Unknown → 404.
     pub(super) async fn install_from_ledger(&self, id: &str) -> Result<(), Error> {
         let failed = "rebuilding the campaign from the ledger failed";
-        let stored = self
+        let (stored, released) = self
             .ledger
-            .stored(id)
+            .stored_snapshot(id)
             .await
             .map_err(ledger_failed(failed))?
             .ok_or_else(|| Error::campaign_not_found(id))?;
-        let released: Vec<String> = self
-            .ledger
-            .cancelled_orders(id)
-            .await
-            .map_err(ledger_failed(failed))?
-            .into_iter()
-            .map(|o| o.order_id)
-            .collect();
         let state = CampaignState::recover(
             stored.def,
             stored.total,
@@ -382,24 +374,31 @@ impl ScaleOut {
 
     async fn release(&self, o: &Order) -> Result<(), Error> {
         let codes = o.codes.clone().unwrap_or_default();
-        let released = self
-            .scripts
-            .release(
-                &mut self.conn(),
-                &o.campaign_id,
-                &o.order_id,
-                &o.user_id,
-                o.qty,
-                &codes,
-            )
-            .await
-            .map_err(redis_failed(
-                "giving the order's units back in Redis failed",
-            ))?;
-        if released < 0 {
-            // Not in Redis: rebuilding it from the ledger counts the order as cancelled.
-            self.install_from_ledger(&o.campaign_id).await?;
+        for _ in 0..3 {
+            let released = self
+                .scripts
+                .release(
+                    &mut self.conn(),
+                    &o.campaign_id,
+                    &o.order_id,
+                    &o.user_id,
+                    o.qty,
+                    &codes,
+                )
+                .await
+                .map_err(saved_not_applied("the cancel"))?;
+            if released >= 0 {
+                return Ok(());
+            }
+            // Not in Redis: rebuild it from the ledger, then release again. A rebuild racing
+            // this one may have installed a snapshot taken before the cancel committed; the
+            // release script is at most once per order, so repeating it is always safe.
+            self.install_from_ledger(&o.campaign_id)
+                .await
+                .map_err(|_| saved_not_applied("the cancel")("rebuilding failed"))?;
         }
-        Ok(())
+        Err(saved_not_applied("the cancel")(
+            "the campaign kept disappearing from Redis",
+        ))
     }
 }

@@ -204,13 +204,16 @@ impl Backend for ScaleOut {
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
-        if let Some(v) = self.gate_view(id).await? {
-            return Ok(v);
+        for _ in 0..3 {
+            if let Some(v) = self.gate_view(id).await? {
+                return Ok(v);
+            }
+            // Unknown to the ledger too → 404; else rebuilt (Redis may lose it again meanwhile).
+            self.install_from_ledger(id).await?;
         }
-        self.install_from_ledger(id).await?;
-        self.gate_view(id)
-            .await?
-            .ok_or_else(|| Error::campaign_not_found(id))
+        Err(Error::Unavailable(format!(
+            "campaign '{id}' keeps disappearing from Redis; retry later"
+        )))
     }
 
     async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {

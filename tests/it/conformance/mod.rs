@@ -3,5 +3,5 @@
 mod admin;
 mod admin_keys;
 mod claims;
-mod dropped;
+pub(crate) mod dropped;
 mod order_ids;

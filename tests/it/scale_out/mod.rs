@@ -13,6 +13,7 @@ mod pipeline;
 mod poison;
 mod procs;
 mod rebuild;
+mod rebuild_race;
 mod sentinel;
 mod two_instances;
 mod worker_crash;
