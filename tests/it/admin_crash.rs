@@ -18,6 +18,9 @@ use seckill::domain::Outcome;
 use crate::helpers::TOKEN;
 use crate::process::Proc;
 
+/// A request as sent: (path, body, Idempotency-Key).
+type Sent = (String, Option<Value>, String);
+
 async fn keyed(
     c: &Client,
     path: &str,
@@ -91,7 +94,7 @@ async fn admin_operations_survive_sigkill_and_keyed_retries() {
         orders.push(a.order_id.unwrap());
     }
     // Every request sent, whether or not its answer arrived: (path, body, key).
-    let sent: Arc<Mutex<Vec<(String, Option<Value>, String)>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let mut next = 0usize;
     for round in 0..6 {
         let c = proc.client();
