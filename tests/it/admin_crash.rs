@@ -1,4 +1,5 @@
-//! Admin operations and a SIGKILL at a random point: after the restart the engine equals the
+//! Admin operations and a SIGKILL at a random point, on both deployments (real processes; the
+//! scale-out one on an AOF Redis that survives it): after the restart the engine equals the
 //! ledger, every invariant holds, and retrying every request whose answer was lost — keyed
 //! restocks, pauses and resumes, cancels — changes nothing twice.
 
@@ -15,8 +16,10 @@ use sqlx::Row;
 use seckill::client::{ClaimReply, Client};
 use seckill::domain::Outcome;
 
-use crate::helpers::TOKEN;
+use crate::helpers::{settle_url, TOKEN};
 use crate::process::Proc;
+use crate::scale_out::procs::Seckill;
+use crate::servers::{pg, RedisServer};
 
 /// A request as sent: (path, body, Idempotency-Key).
 type Sent = (String, Option<Value>, String);
@@ -40,25 +43,99 @@ async fn keyed(
     Ok((status, resp.json().await.unwrap_or(Value::Null)))
 }
 
-/// (total, remaining, status) of each campaign, from the SQLite ledger.
-async fn ledger(dir: &std::path::Path) -> BTreeMap<String, (u64, u64, String)> {
-    let url = format!("sqlite://{}?mode=ro", dir.join("seckill.db").display());
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    let rows = sqlx::query(
-        "SELECT c.id, c.total, c.status, COALESCE((SELECT SUM(o.qty) FROM orders o \
-         WHERE o.campaign_id = c.id AND o.state = 'active'), 0) FROM campaigns c ORDER BY c.id",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
-    rows.iter()
-        .map(|r| {
-            let (total, active): (i64, i64) = (r.get(1), r.get(3));
-            assert!(active <= total);
-            (r.get(0), (total as u64, (total - active) as u64, r.get(2)))
-        })
-        .collect()
+/// A deployment run as real processes that can be SIGKILLed and started again on its data.
+enum Target {
+    Embedded {
+        dir: tempfile::TempDir,
+        proc: Proc,
+    },
+    ScaleOut {
+        redis: RedisServer,
+        postgres: String,
+        proc: Seckill,
+    },
+}
+
+impl Target {
+    async fn start(scale_out: bool) -> Target {
+        if !scale_out {
+            let dir = tempfile::tempdir().unwrap();
+            let proc = Proc::start(dir.path());
+            return Target::Embedded { dir, proc };
+        }
+        let redis = RedisServer::start_aof();
+        let postgres = pg().fresh_db().await;
+        let proc = Seckill::serve(&[redis.url()], &postgres, &[]);
+        Target::ScaleOut {
+            redis,
+            postgres,
+            proc,
+        }
+    }
+
+    fn client(&self) -> Client {
+        match self {
+            Target::Embedded { proc, .. } => proc.client(),
+            Target::ScaleOut { proc, .. } => proc.client(),
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Target::Embedded { proc, .. } => {
+                proc.signal(libc::SIGKILL);
+                let _ = proc.child.wait();
+            }
+            Target::ScaleOut { proc, .. } => proc.sigkill(),
+        }
+    }
+
+    fn restart(&mut self) {
+        match self {
+            Target::Embedded { dir, proc } => *proc = Proc::start(dir.path()),
+            Target::ScaleOut {
+                redis,
+                postgres,
+                proc,
+            } => *proc = Seckill::serve(&[redis.url()], postgres, &[]),
+        }
+    }
+
+    /// (total, remaining, status) of each campaign, from the ledger's database.
+    async fn ledger(&self) -> BTreeMap<String, (u64, u64, String)> {
+        const SQL: &str = "SELECT c.id, c.total, c.status, CAST(COALESCE((SELECT SUM(o.qty) \
+            FROM orders o WHERE o.campaign_id = c.id AND o.state = 'active'), 0) AS BIGINT) \
+            FROM campaigns c ORDER BY c.id";
+        let rows: Vec<(String, i64, String, i64)> = match self {
+            Target::Embedded { dir, .. } => {
+                let url = format!(
+                    "sqlite://{}?mode=ro",
+                    dir.path().join("seckill.db").display()
+                );
+                let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                let rows = sqlx::query(SQL).fetch_all(&pool).await.unwrap();
+                pool.close().await;
+                rows.iter()
+                    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                    .collect()
+            }
+            Target::ScaleOut { postgres, .. } => {
+                settle_url(&self.client()).await;
+                let pool = sqlx::PgPool::connect(postgres).await.unwrap();
+                let rows = sqlx::query(SQL).fetch_all(&pool).await.unwrap();
+                pool.close().await;
+                rows.iter()
+                    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                    .collect()
+            }
+        };
+        rows.into_iter()
+            .map(|(id, total, status, active)| {
+                assert!(active <= total, "{id}: oversold");
+                (id, (total as u64, (total - active) as u64, status))
+            })
+            .collect()
+    }
 }
 
 async fn engine(c: &Client, ids: &[&str]) -> BTreeMap<String, (u64, u64, String)> {
@@ -74,10 +151,18 @@ async fn engine(c: &Client, ids: &[&str]) -> BTreeMap<String, (u64, u64, String)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn admin_operations_survive_sigkill_and_keyed_retries() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut proc = Proc::start(dir.path());
-    let c = proc.client();
+async fn embedded_admin_operations_survive_sigkill_and_keyed_retries() {
+    sigkill_during_admin_operations(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scale_out_admin_operations_survive_sigkill_and_keyed_retries() {
+    sigkill_during_admin_operations(true).await
+}
+
+async fn sigkill_during_admin_operations(scale_out: bool) {
+    let mut target = Target::start(scale_out).await;
+    let c = target.client();
     c.create_campaign(&json!({"id": "kr", "stock": 1}))
         .await
         .unwrap();
@@ -96,8 +181,9 @@ async fn admin_operations_survive_sigkill_and_keyed_retries() {
     // Every request sent, whether or not its answer arrived: (path, body, key).
     let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let mut next = 0usize;
+    settle_url(&c).await;
     for round in 0..6 {
-        let c = proc.client();
+        let c = target.client();
         let load = {
             let (sent, orders) = (sent.clone(), orders.clone());
             tokio::spawn(async move {
@@ -124,18 +210,14 @@ async fn admin_operations_survive_sigkill_and_keyed_retries() {
         };
         let wait = rand::thread_rng().gen_range(20..250);
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        proc.signal(libc::SIGKILL);
-        let _ = proc.child.wait();
+        target.kill();
         let _ = load.await;
         next = sent.lock().len() + 1;
-        proc = Proc::start(dir.path());
-        let c = proc.client();
+        target.restart();
+        let c = target.client();
         let ids = ["kc", "kr"];
-        assert_eq!(
-            engine(&c, &ids).await,
-            ledger(dir.path()).await,
-            "round {round}"
-        );
+        let ledger = target.ledger().await;
+        assert_eq!(engine(&c, &ids).await, ledger, "round {round}");
         // Retry everything with its key: each answers, none applies twice.
         let all = sent.lock().clone();
         for (path, body, key) in &all {
@@ -149,11 +231,7 @@ async fn admin_operations_survive_sigkill_and_keyed_retries() {
             1 + restocks,
             "round {round}: a restock applied twice or never"
         );
-        assert_eq!(
-            view,
-            ledger(dir.path()).await,
-            "round {round} after retries"
-        );
+        assert_eq!(view, target.ledger().await, "round {round} after retries");
         let cancelled: std::collections::HashSet<_> = all
             .iter()
             .filter(|(p, ..)| p.ends_with("/cancel"))
@@ -169,7 +247,7 @@ async fn admin_operations_survive_sigkill_and_keyed_retries() {
             all.len()
         );
     }
-    let (s, _) = proc
+    let (s, _) = target
         .client()
         .admin(Method::POST, "/v1/campaigns/kr/resume", None)
         .await

@@ -11,7 +11,7 @@ mod holders;
 mod outages;
 mod pipeline;
 mod poison;
-mod procs;
+pub(crate) mod procs;
 mod rebuild;
 mod rebuild_race;
 mod sentinel;

@@ -108,3 +108,30 @@ async fn restock_and_cancel_racing_a_rebuild() {
     assert_eq!(held.len(), sold, "a code was handed out twice");
     app.stop().await;
 }
+
+/// A status change the ledger committed but the gate never took (the process died between
+/// the two writes) is applied by `reconcile` at the next start, in either direction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_committed_but_not_applied_is_reconciled() {
+    let mut app = App::spawn(Deploy::ScaleOut).await;
+    app.create(json!({"id": "sr", "stock": 10})).await;
+    let ledger = seckill::ledger::PgLedger::open(app.postgres.as_deref().unwrap(), 1)
+        .await
+        .unwrap();
+    for (status, outcome) in [
+        (seckill::domain::Status::Paused, Outcome::Paused),
+        (seckill::domain::Status::Active, Outcome::Won),
+    ] {
+        let (mut tx, _) = ledger.lock_campaign("sr").await.unwrap();
+        seckill::ledger::PgLedger::write_status(&mut tx, "sr", status, chrono::Utc::now())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_ne!(app.client.campaign("sr").await.unwrap().status, status);
+        app.restart().await;
+        assert_eq!(app.client.campaign("sr").await.unwrap().status, status);
+        let user = format!("after-{}", status.as_str());
+        assert_eq!(app.claim("sr", &user, 1).await.outcome, outcome);
+    }
+    app.stop().await;
+}
