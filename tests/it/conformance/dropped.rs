@@ -182,6 +182,13 @@ async fn admin_requests_survive_dropped_connections(deploy: Deploy) {
         }
     }
     let before = converge(&app, &ids).await;
+    let created = before.keys().filter(|k| k.starts_with("new-")).count();
+    eprintln!(
+        "{deploy:?}: of {n} dropped requests each, {} restocks, {} cancels and {created} creates \
+         took effect, wholly",
+        before["rs"].0 - 1,
+        before["cx"].1
+    );
     // The code campaign never sells a code twice: every active order holds distinct codes.
     let orders = app.client.all_orders("cx").await.unwrap();
     let mut codes: Vec<_> = orders
