@@ -1,6 +1,8 @@
-//! Restocks and cancels racing rebuilds of the gate from the ledger: the rebuild reads one
-//! snapshot, and a cancel whose campaign was rebuilt from an older snapshot releases again, so
-//! no code is ever in the pool twice and no cancelled unit stays stuck.
+//! Ledger first, gate second, for every scale-out admin change: restocks and cancels racing
+//! rebuilds of the gate from the ledger (the rebuild reads one snapshot, and a cancel whose
+//! campaign was rebuilt from an older snapshot releases again, so no code is ever in the pool
+//! twice and no cancelled unit stays stuck); a status the gate never took is reconciled; a
+//! restock Redis refused says it is saved and is applied once by its keyed retry.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -133,5 +135,70 @@ async fn status_committed_but_not_applied_is_reconciled() {
         let user = format!("after-{}", status.as_str());
         assert_eq!(app.claim("sr", &user, 1).await.outcome, outcome);
     }
+    app.stop().await;
+}
+
+/// A restock PostgreSQL committed but Redis refused: the 503 says it is saved (never "nothing
+/// was changed"), and retries with the same Idempotency-Key apply it to the gate exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restock_saved_but_not_applied_is_said_and_retried_once() {
+    let app = App::spawn(Deploy::ScaleOut).await;
+    app.create(json!({"id": "sf", "codes": ["A", "B"]})).await;
+    for u in ["u1", "u2"] {
+        assert_eq!(app.claim("sf", u, 1).await.outcome, Outcome::Won);
+    }
+    // The pool is empty (Redis removed the list); damage its key so restock.lua fails.
+    let mut redis = redis::Client::open(app.redis[0].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let codes = Keys::new("sf").codes();
+    let _: () = redis::cmd("SET")
+        .arg(&codes)
+        .arg("damaged")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let restock = |key: &'static str| {
+        let client = app.client.clone();
+        async move {
+            let resp = client
+                .http()
+                .post(client.url("/v1/campaigns/sf/restock"))
+                .bearer_auth(crate::helpers::TOKEN)
+                .header("idempotency-key", key)
+                .json(&json!({"codes": ["N1"]}))
+                .send()
+                .await
+                .unwrap();
+            let s = resp.status().as_u16();
+            (s, resp.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    for _ in 0..2 {
+        let (s, v) = restock("rk").await;
+        assert_eq!(s, 503, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("saved in the ledger"), "{message}");
+        assert!(!message.contains("nothing was changed"), "{message}");
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(&codes)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let (s, v) = restock("rk").await;
+        assert_eq!(
+            (s, v["total"].as_u64(), v["remaining"].as_u64()),
+            (200, Some(3), Some(1)),
+            "{v}"
+        );
+    }
+    let a = app.claim("sf", "u3", 1).await;
+    assert_eq!(a.codes, Some(vec!["N1".to_owned()]));
+    assert_eq!(app.claim("sf", "u4", 1).await.outcome, Outcome::SoldOut);
+    converge(&app, &["sf".to_owned()]).await;
     app.stop().await;
 }
