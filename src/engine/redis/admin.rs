@@ -362,6 +362,7 @@ impl ScaleOut {
         }
         let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
         while tokio::time::Instant::now() < deadline {
+            self.refused_by_ledger(campaign, order_id).await?;
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             if let Some(o) = self.ledger_order(order_id).await? {
                 return Ok(o);
@@ -370,6 +371,24 @@ impl ScaleOut {
         Err(Error::Unavailable(format!(
             "order '{order_id}' was won but is not in the ledger yet (pipeline lag); retry later"
         )))
+    }
+
+    /// A conflict when the pipeline recorded `order_id` as refused by the ledger (a poison
+    /// order): it never became an order and its units were already given back, so there is
+    /// nothing to cancel and waiting for it would never end.
+    async fn refused_by_ledger(&self, campaign: &str, order_id: &str) -> Result<(), Error> {
+        let failed = self
+            .ledger
+            .failed_orders(campaign)
+            .await
+            .map_err(ledger_failed("reading the refused orders failed"))?;
+        if failed.iter().any(|(id, _)| id.as_deref() == Some(order_id)) {
+            return Err(Error::Conflict(format!(
+                "order '{order_id}' was won but the ledger refused to store it; its units \
+                 were already given back, so there is nothing to cancel"
+            )));
+        }
+        Ok(())
     }
 
     async fn release(&self, o: &Order) -> Result<(), Error> {

@@ -11,6 +11,7 @@ mod holders;
 mod outages;
 mod pipeline;
 mod poison;
+mod poison_cancel;
 pub(crate) mod procs;
 mod rebuild;
 mod rebuild_race;
