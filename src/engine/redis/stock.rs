@@ -31,6 +31,9 @@ use super::conn::{RedisConn, RedisTarget};
 use super::keys::Keys;
 use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
 
+/// Fields per `HSCAN` page when holders are (re)loaded.
+const HOLDER_PAGE: usize = 10_000;
+
 /// The pub/sub channel on which instances announce a campaign whose stock may have grown.
 pub const CHANNEL: &str = "seckill:stock";
 
@@ -119,11 +122,25 @@ impl StockKeeper {
         let version = version.unwrap_or_default();
         let known = self.loaded.lock().get(campaign) == Some(&version);
         if holders || !known {
-            let mut users = conn.hscan::<_, (String, String)>(k.users()).await?;
-            while let Some((user, _held)) = users.next_item().await {
-                entry.add_holder(&user);
+            // In pages of HOLDER_PAGE fields: a few round trips even for a million holders,
+            // and never one reply that blocks Redis for long.
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                    .arg(k.users())
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(HOLDER_PAGE)
+                    .query_async(&mut conn)
+                    .await?;
+                for (user, _held) in &page {
+                    entry.add_holder(user);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            drop(users);
             self.loaded.lock().insert(campaign.to_owned(), version);
         }
         entry.publish(remaining, status.as_deref() == Some("active"));

@@ -99,3 +99,90 @@ async fn cancel_then_rewin_is_seen_by_the_other_instance() {
         );
     }
 }
+
+/// `HSCAN`/`HKEYS` calls Redis has served so far.
+async fn holder_scans(redis: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_hscan:") || l.starts_with("cmdstat_hkeys:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// An idle sold-out campaign costs one `HMGET` per tick, never a re-read of its holders, even
+/// with 200,000 holders; a holder change costs one reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_sold_out_campaign_never_rereads_its_holders() {
+    let app = crate::helpers::App::spawn(crate::helpers::Deploy::ScaleOut).await;
+    app.create(json!({"id": "idle", "stock": 2, "per_user_limit": 1}))
+        .await;
+    let mut redis = redis::Client::open(app.redis[0].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Many holders, as if a large sale had sold out (written straight into the gate).
+    let users = seckill::engine::redis::Keys::new("idle").users();
+    for chunk in 0..200 {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(&users);
+        for i in 0..1000 {
+            cmd.arg(format!("bulk-{chunk}-{i}")).arg(1);
+        }
+        let _: i64 = cmd.query_async(&mut redis).await.unwrap();
+    }
+    let won = app.claim("idle", "u1", 1).await;
+    assert_eq!(won.outcome, Outcome::Won);
+    assert_eq!(app.claim("idle", "u2", 1).await.outcome, Outcome::Won);
+    let first = Instant::now();
+    assert_eq!(app.claim("idle", "u3", 1).await.outcome, Outcome::SoldOut);
+    eprintln!(
+        "first sold_out, loading 200,002 holders in pages: {:?}",
+        first.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = holder_scans(&mut redis).await;
+    // Three refresher ticks (1 s each by default) with nothing changing.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(
+        holder_scans(&mut redis).await,
+        before,
+        "idle ticks re-read the holders"
+    );
+    // A cancel changes the holders: the next re-read reloads them once.
+    app.settle().await;
+    let (s, v) = app
+        .admin(
+            Method::POST,
+            &format!("/v1/orders/{}/cancel", won.order_id.unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(app.claim("idle", "u4", 1).await.outcome, Outcome::Won);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        holder_scans(&mut redis).await > before,
+        "the holder change was never loaded"
+    );
+    assert_eq!(
+        app.claim("idle", "u4", 1).await.outcome,
+        Outcome::AlreadyClaimed
+    );
+    assert_eq!(
+        app.claim("idle", "bulk-7-7", 1).await.outcome,
+        Outcome::AlreadyClaimed
+    );
+    app.stop().await;
+}
