@@ -173,15 +173,21 @@ impl ScaleOut {
         match (a.outcome, a.remaining) {
             (crate::domain::Outcome::Won, _) => self.stock.won(id, user),
             (crate::domain::Outcome::SoldOut, Some(remaining)) => {
-                let facts = async {
-                    let v = self.gate_view(id).await.ok().flatten()?;
-                    Some(crate::guard::soldout::StockFacts {
-                        per_user_limit: v.per_user_limit,
-                        starts_at: v.starts_at,
-                        ends_at: v.ends_at,
-                    })
-                };
-                self.stock.sold_out(id, remaining, facts).await;
+                // Off the request path: this claim already has its answer, and loading the
+                // holders of a large campaign takes a while.
+                let Some(me) = self.me.upgrade() else { return };
+                let id = id.to_owned();
+                tokio::spawn(async move {
+                    let facts = async {
+                        let v = me.gate_view(&id).await.ok().flatten()?;
+                        Some(crate::guard::soldout::StockFacts {
+                            per_user_limit: v.per_user_limit,
+                            starts_at: v.starts_at,
+                            ends_at: v.ends_at,
+                        })
+                    };
+                    me.stock.sold_out(&id, remaining, facts).await;
+                });
             }
             _ => {}
         }

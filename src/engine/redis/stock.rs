@@ -4,7 +4,8 @@
 //! It keeps the contract of [`crate::guard::soldout`]:
 //!
 //! - **claims**: a `sold_out` answer of the claim script carries the remaining stock; when it is
-//!   0, the instance registers the campaign (its facts from the gate), loads every holder from
+//!   0, the instance (on a task of its own, so that claim's answer never waits for it)
+//!   registers the campaign (its facts from the gate), loads every holder from
 //!   `{c:<id>}:users` (a holder must hear `already_claimed`, never the fast `sold_out`) and only
 //!   then publishes "0 left". A `won` answer adds the winner as a holder.
 //! - **restock, cancel, status change** through any instance: once the gate applied it, that

@@ -147,8 +147,29 @@ async fn idle_sold_out_campaign_never_rereads_its_holders() {
     assert_eq!(app.claim("idle", "u2", 1).await.outcome, Outcome::Won);
     let first = Instant::now();
     assert_eq!(app.claim("idle", "u3", 1).await.outcome, Outcome::SoldOut);
+    // The holders load in the background; the board then answers new users from memory.
+    let series = crate::guards::engine_claims("idle");
+    let base = app.admin_url();
+    let mut n = 0;
+    loop {
+        let before = crate::guards::sample(&base, &series).await;
+        assert_eq!(
+            app.claim("idle", &format!("new-{n}"), 1).await.outcome,
+            Outcome::SoldOut
+        );
+        let after = crate::guards::sample(&base, &series).await;
+        if after == before {
+            break;
+        }
+        n += 1;
+        assert!(
+            first.elapsed() < Duration::from_secs(120),
+            "the board never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     eprintln!(
-        "first sold_out, loading 200,002 holders in pages: {:?}",
+        "board sold out after loading 200,002 holders in pages: {:?}",
         first.elapsed()
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
