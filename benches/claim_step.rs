@@ -88,13 +88,16 @@ fn embedded(c: &mut Criterion) {
         let e = Embedded::open(EmbeddedOptions::new(dir.path()))
             .await
             .expect("embedded engine opens");
-        e.create_campaign(NewCampaign {
-            id: "hot".into(),
-            supply: Supply::Stock(1_000_000_000),
-            per_user_limit: 1,
-            starts_at: None,
-            ends_at: None,
-        })
+        e.create_campaign(
+            NewCampaign {
+                id: "hot".into(),
+                supply: Supply::Stock(1_000_000_000),
+                per_user_limit: 1,
+                starts_at: None,
+                ends_at: None,
+            },
+            None,
+        )
         .await
         .expect("campaign created");
         e

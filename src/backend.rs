@@ -9,26 +9,43 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::{
-    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, NewCampaign,
-    Order, OrderPage, OrderQuery, Restock, Status,
+    AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
+    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::guard::rate::RateLimiter;
 use crate::guard::soldout::StockBoard;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
-    /// Creates a campaign; a duplicate id is [`Error::Conflict`].
-    async fn create_campaign(&self, campaign: NewCampaign) -> Result<CampaignView, Error>;
+    /// Creates a campaign; a duplicate id is [`Error::Conflict`] unless `key` says this very
+    /// create was processed before (then the campaign's current view).
+    async fn create_campaign(
+        &self,
+        campaign: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error>;
 
     /// The current view; `remaining` comes from the atomic gate.
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error>;
 
-    /// Adds units or codes to a campaign.
-    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error>;
+    /// Adds units or codes to a campaign; a retry with the same `key` adds nothing and answers
+    /// the current view.
+    async fn restock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error>;
 
     /// Pause, resume or close. Atomic with respect to claims: once this returns, no claim that
-    /// had not already won wins while the campaign is paused or closed.
-    async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error>;
+    /// had not already won wins while the campaign is paused or closed. A retry with the same
+    /// `key` changes nothing and answers the current view.
+    async fn set_status(
+        &self,
+        id: &str,
+        status: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error>;
 
     /// Processes one claim. The request is already validated. A `won` answer is only returned
     /// once the order cannot be lost.

@@ -3,6 +3,7 @@
 //! Nothing here does I/O. Both deployments (embedded and scale-out) and the load generator share
 //! these types, so the wire format and the validation rules cannot drift between them.
 
+mod admin_key;
 mod campaign;
 mod claim;
 mod error;
@@ -10,6 +11,7 @@ mod limits;
 mod order;
 mod validate;
 
+pub use admin_key::AdminKey;
 pub use campaign::{
     CampaignView, Kind, NewCampaign, NewCampaignBody, Restock, RestockBody, Status, Supply,
     MAX_TOTAL,

@@ -52,14 +52,29 @@ impl Order {
 }
 
 /// Order ids are `<campaign_id>-<seq>`; campaign ids may themselves contain `-`.
+///
+/// Parsed canonically: `seq` is the decimal form the engine issues (no sign, no leading zero,
+/// at least 1, at most `i64::MAX`, the ledger's column type). Any other spelling names no order
+/// (404 at once), so `x-01` and `x-1` can never be two names of one order and a lookup never
+/// has to wait for an order number the gate could not have issued.
 pub fn parse_order_id(order_id: &str) -> Result<(&str, u64), Error> {
     let bad = || Error::order_not_found(order_id);
     let (campaign, seq) = order_id.rsplit_once('-').ok_or_else(bad)?;
-    let seq = seq.parse::<u64>().map_err(|_| bad())?;
+    let seq = canonical_number(seq).filter(|n| *n >= 1).ok_or_else(bad)?;
     if super::validate_campaign_id(campaign).is_err() {
         return Err(bad());
     }
     Ok((campaign, seq))
+}
+
+/// A non-negative decimal in canonical form (`0`, or digits without a leading zero) that fits
+/// the ledger's signed 64-bit columns.
+fn canonical_number(s: &str) -> Option<u64> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (s.len() > 1 && s.starts_with('0')) {
+        return None;
+    }
+    s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
 }
 
 /// Query of `GET /v1/campaigns/{id}/orders`: oldest first, `cursor` is the `next_cursor` of the
@@ -80,7 +95,7 @@ impl OrderQuery {
     pub fn resolve(&self) -> Result<(u64, u32), Error> {
         let after = match self.cursor.as_deref() {
             None | Some("") => 0,
-            Some(c) => c.parse::<u64>().map_err(|_| {
+            Some(c) => canonical_number(c).ok_or_else(|| {
                 Error::invalid(format!("cursor {c:?} is not one this server issued"))
             })?,
         };
@@ -119,6 +134,57 @@ impl OrderPage {
         Self {
             orders,
             next_cursor,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_ids_parse_canonically() {
+        assert_eq!(parse_order_id("a-b-7").unwrap(), ("a-b", 7));
+        assert_eq!(
+            parse_order_id("x-9223372036854775807").unwrap().1,
+            i64::MAX as u64
+        );
+        for bad in [
+            "zz-0",
+            "zz-01",
+            "zz-+1",
+            "zz-",
+            "zz",
+            "-1",
+            "zz-1 ",
+            "zz- 1",
+            "zz-1e3",
+            "zz-0x1",
+            "zz-9223372036854775808",
+            "zz-18446744073709551616",
+            "zz-١",
+        ] {
+            assert!(parse_order_id(bad).is_err(), "{bad:?} must not parse");
+        }
+    }
+
+    #[test]
+    fn cursors_out_of_range_are_refused() {
+        let q = |c: &str| OrderQuery {
+            cursor: Some(c.into()),
+            ..OrderQuery::default()
+        };
+        assert_eq!(q("0").resolve().unwrap().0, 0);
+        assert_eq!(q("42").resolve().unwrap().0, 42);
+        for bad in [
+            "-1",
+            "+1",
+            "01",
+            "9223372036854775808",
+            "18446744073709551615",
+            "x",
+        ] {
+            assert!(q(bad).resolve().is_err(), "cursor {bad:?} must be refused");
         }
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! `state` holds the pure per-campaign rules; `embedded` wraps them in per-campaign locks and
 //! the SQLite group commit to form the embedded deployment; `redis` is the scale-out gate (Lua
-//! scripts on Redis, PostgreSQL ledger).
+//! scripts on Redis, PostgreSQL ledger). `detach` runs the admin operations of both on their own
+//! tasks, so a dropped request never stops one half-way.
 
+mod detach;
 pub mod embedded;
 mod idempotency;
 pub mod redis;

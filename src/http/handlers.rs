@@ -6,11 +6,11 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::extract::{Admin, Body, PathArg, QueryArg};
+use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
 use super::AppState;
 use crate::domain::{
-    CampaignView, Error, NewCampaign, NewCampaignBody, Order, OrderPage, OrderQuery, Restock,
-    RestockBody, Status,
+    AdminKey, CampaignView, Error, NewCampaign, NewCampaignBody, Order, OrderPage, OrderQuery,
+    Restock, RestockBody, Status,
 };
 
 type Answer<T> = Result<Json<T>, ApiError>;
@@ -18,10 +18,12 @@ type Answer<T> = Result<Json<T>, ApiError>;
 pub async fn create_campaign(
     _: Admin,
     State(app): State<AppState>,
+    IdemHeader(key): IdemHeader,
     Body(body): Body<NewCampaignBody>,
 ) -> Result<(StatusCode, Json<CampaignView>), ApiError> {
     let campaign = NewCampaign::try_from(body)?;
-    let view = app.backend.create_campaign(campaign).await?;
+    let key = key.map(|k| AdminKey::create(k, &campaign));
+    let view = app.backend.create_campaign(campaign, key).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -36,40 +38,51 @@ pub async fn restock(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
+    IdemHeader(key): IdemHeader,
     Body(body): Body<RestockBody>,
 ) -> Answer<CampaignView> {
     // Unknown campaign is 404 even when the body is also wrong.
     app.backend.campaign(&id).await?;
     let restock = Restock::try_from(body)?;
-    Ok(Json(app.backend.restock(&id, restock).await?))
+    let key = key.map(|k| AdminKey::restock(k, &id, &restock));
+    Ok(Json(app.backend.restock(&id, restock, key).await?))
 }
 
-async fn set_status(app: AppState, id: String, status: Status) -> Answer<CampaignView> {
-    Ok(Json(app.backend.set_status(&id, status).await?))
+async fn set_status(
+    app: AppState,
+    id: String,
+    status: Status,
+    key: IdemHeader,
+) -> Answer<CampaignView> {
+    let key = key.0.map(|k| AdminKey::status(k, &id, status));
+    Ok(Json(app.backend.set_status(&id, status, key).await?))
 }
 
 pub async fn pause(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
+    key: IdemHeader,
 ) -> Answer<CampaignView> {
-    set_status(app, id, Status::Paused).await
+    set_status(app, id, Status::Paused, key).await
 }
 
 pub async fn resume(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
+    key: IdemHeader,
 ) -> Answer<CampaignView> {
-    set_status(app, id, Status::Active).await
+    set_status(app, id, Status::Active, key).await
 }
 
 pub async fn close(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
+    key: IdemHeader,
 ) -> Answer<CampaignView> {
-    set_status(app, id, Status::Closed).await
+    set_status(app, id, Status::Closed, key).await
 }
 
 pub async fn get_order(
@@ -89,10 +102,13 @@ pub async fn list_orders(
     Ok(Json(app.backend.orders(&id, query).await?))
 }
 
+/// Cancel is idempotent by itself (a retry returns the cancelled order with its units back),
+/// so an `Idempotency-Key` is validated but needs no record.
 pub async fn cancel(
     _: Admin,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
+    _key: IdemHeader,
 ) -> Answer<Order> {
     Ok(Json(app.backend.cancel(&id).await?))
 }

@@ -5,6 +5,7 @@
 //! twice, order inserts are idempotent on the order id; the embedded ledger never replays, so
 //! there an existing order id is a fault (see `sqlite_writer`).
 
+pub mod admin_keys;
 mod dir_lock;
 mod group_commit;
 mod postgres;
@@ -63,6 +64,11 @@ pub enum LedgerWrite {
     },
     Cancel {
         order_id: String,
+        at: DateTime<Utc>,
+    },
+    /// Remembers an admin Idempotency-Key, in the transaction of the change it guards.
+    AdminKey {
+        key: crate::domain::AdminKey,
         at: DateTime<Utc>,
     },
     /// Replaces a campaign's guard rate limits.

@@ -203,6 +203,9 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             }
             Ok(())
         }
+        LedgerWrite::AdminKey { key, at } => {
+            Ok(super::admin_keys::insert_pg(conn, key, *at).await?)
+        }
         LedgerWrite::Limits {
             campaign_id,
             limits,

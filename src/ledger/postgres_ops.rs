@@ -10,10 +10,11 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Row, Transaction};
 
+use super::admin_keys::{insert_pg, lookup_pg, Remembered};
 use super::postgres::{event, insert_codes, PgLedger, SELECT_ORDER};
 use super::rows::{micros, OrderRow};
 use super::LedgerWrite;
-use crate::domain::{Error, Order, Restock, Status};
+use crate::domain::{AdminKey, Error, Order, Restock, Status};
 use crate::engine::state::CampaignDef;
 
 /// What a committed restock changed: the ledger's total before and after.
@@ -21,6 +22,8 @@ use crate::engine::state::CampaignDef;
 pub struct Restocked {
     pub before: u64,
     pub after: u64,
+    /// The Idempotency-Key showed this restock was committed before: nothing was added now.
+    pub replayed: bool,
 }
 
 /// A stream entry the pipeline could never persist.
@@ -67,6 +70,31 @@ impl PgLedger {
         codes: &[String],
         at: DateTime<Utc>,
     ) -> Result<(), Error> {
+        self.create_campaign_keyed(def, total, codes, at, None)
+            .await
+    }
+
+    /// What the ledger remembers of an admin Idempotency-Key.
+    pub async fn admin_key(&self, key: &AdminKey) -> Result<Remembered, Error> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(unavailable("reading the Idempotency-Key failed"))?;
+        lookup_pg(&mut conn, key)
+            .await
+            .map_err(unavailable("reading the Idempotency-Key failed"))
+    }
+
+    /// [`PgLedger::create_campaign`], remembering `key` in the same transaction.
+    pub async fn create_campaign_keyed(
+        &self,
+        def: &CampaignDef,
+        total: u64,
+        codes: &[String],
+        at: DateTime<Utc>,
+        key: Option<&AdminKey>,
+    ) -> Result<(), Error> {
         let write = LedgerWrite::CreateCampaign {
             def: def.clone(),
             total,
@@ -74,7 +102,9 @@ impl PgLedger {
             status: Status::Active,
             at,
         };
-        match crate::ledger::Ledger::apply(self, &[&write]).await {
+        let key_write = key.map(|k| LedgerWrite::AdminKey { key: k.clone(), at });
+        let writes: Vec<&LedgerWrite> = std::iter::once(&write).chain(key_write.as_ref()).collect();
+        match crate::ledger::Ledger::apply(self, &writes).await {
             Ok(()) => Ok(()),
             Err(e) if sqlstate_class(&e).as_deref() == Some("23") => Err(Error::Conflict(format!(
                 "campaign '{}' already exists",
@@ -95,6 +125,19 @@ impl PgLedger {
         restock: &Restock,
         at: DateTime<Utc>,
     ) -> Result<Restocked, Error> {
+        self.restock_keyed(id, restock, at, None).await
+    }
+
+    /// [`PgLedger::restock`] guarded by an Idempotency-Key: under the row lock, a key already
+    /// used for this restock adds nothing (`replayed`), one used for another request is a
+    /// conflict, and a new key is remembered in the restock's transaction.
+    pub async fn restock_keyed(
+        &self,
+        id: &str,
+        restock: &Restock,
+        at: DateTime<Utc>,
+        key: Option<&AdminKey>,
+    ) -> Result<Restocked, Error> {
         let failed = "restocking the campaign failed";
         let mut tx = self.pool.begin().await.map_err(unavailable(failed))?;
         let row = sqlx::query("SELECT kind, total FROM campaigns WHERE id = $1 FOR UPDATE")
@@ -107,6 +150,20 @@ impl PgLedger {
         let before = row.get::<i64, _>(1) as u64;
         let kind = crate::domain::Kind::parse(&kind)
             .ok_or_else(|| Error::unavailable(failed, format!("bad kind {kind:?}")))?;
+        if let Some(k) = key {
+            let remembered = lookup_pg(&mut tx, k).await.map_err(unavailable(failed))?;
+            if let Some((op, fingerprint)) = remembered {
+                k.check_replay(&op, &fingerprint)?;
+                return Ok(Restocked {
+                    before,
+                    after: before,
+                    replayed: true,
+                });
+            }
+            insert_pg(&mut tx, k, at)
+                .await
+                .map_err(unavailable(failed))?;
+        }
         restock.check_against(kind, before)?;
         if let Restock::Codes(codes) = restock {
             if let Err(e) = insert_codes(&mut tx, id, before as i64, codes).await {
@@ -133,6 +190,7 @@ impl PgLedger {
         Ok(Restocked {
             before,
             after: before + units,
+            replayed: false,
         })
     }
 
@@ -175,6 +233,28 @@ impl PgLedger {
         let status = Status::parse(&status)
             .ok_or_else(|| Error::unavailable(failed, format!("bad status {status:?}")))?;
         Ok((tx, status))
+    }
+
+    /// Remembers an admin Idempotency-Key inside a transaction from
+    /// [`PgLedger::lock_campaign`].
+    pub async fn write_admin_key(
+        tx: &mut Transaction<'static, Postgres>,
+        key: &AdminKey,
+        at: DateTime<Utc>,
+    ) -> Result<(), sqlx::Error> {
+        insert_pg(tx, key, at).await
+    }
+
+    /// The status the ledger records for a campaign; `None` if it has no such campaign.
+    pub async fn status(&self, id: &str) -> anyhow::Result<Option<Status>> {
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM campaigns WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        status
+            .map(|s| Status::parse(&s).with_context(|| format!("bad status {s:?}")))
+            .transpose()
     }
 
     /// Records a status change inside a transaction from [`PgLedger::lock_campaign`].

@@ -4,6 +4,11 @@
 //! The scale-out gate is rebuilt from this when Redis does not have a campaign (a process
 //! died between the ledger commit and the Redis script, or Redis lost its data); it is the
 //! same recovery the embedded deployment runs at start from SQLite.
+//!
+//! Every read of one rebuild runs in one REPEATABLE READ, READ ONLY transaction: a restock or a
+//! cancel committing meanwhile is either wholly in the snapshot or wholly outside it, so a
+//! code can never be both in the pool and in an active order, nor a cancelled order's units
+//! both held and released.
 
 use std::collections::HashMap;
 
@@ -20,7 +25,18 @@ use crate::engine::state::CampaignDef;
 impl PgLedger {
     /// One campaign with everything needed to rebuild its gate state; `None` if unknown.
     pub async fn stored(&self, id: &str) -> anyhow::Result<Option<StoredCampaign>> {
-        let mut conn = self.pool.acquire().await?;
+        Ok(self.stored_snapshot(id).await?.map(|(c, _)| c))
+    }
+
+    /// [`PgLedger::stored`] and the ids of the campaign's cancelled orders, from one snapshot.
+    pub async fn stored_snapshot(
+        &self,
+        id: &str,
+    ) -> anyhow::Result<Option<(StoredCampaign, Vec<String>)>> {
+        let mut conn = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *conn)
+            .await?;
         let Some(r) = sqlx::query(
             "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns WHERE id = $1",
         )
@@ -69,7 +85,14 @@ impl PgLedger {
             let codes = rows::parse_codes(r.get(2))?.unwrap_or_default();
             c.active.push((r.get(0), r.get::<i64, _>(1) as u64, codes));
         }
-        Ok(Some(c))
+        let released: Vec<String> = sqlx::query_scalar(
+            "SELECT order_id FROM orders WHERE campaign_id = $1 AND state = 'cancelled'",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        conn.commit().await?;
+        Ok(Some((c, released)))
     }
 
     pub(super) async fn idem_since(

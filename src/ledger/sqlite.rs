@@ -38,6 +38,20 @@ pub struct SqliteLedger {
 }
 
 impl SqliteLedger {
+    /// What the ledger remembers of an admin Idempotency-Key.
+    pub async fn admin_key(
+        &self,
+        key: &crate::domain::AdminKey,
+    ) -> anyhow::Result<super::admin_keys::Remembered> {
+        super::admin_keys::lookup_sqlite(&self.readers, key).await
+    }
+
+    /// Deletes admin Idempotency-Keys older than `before`; returns how many.
+    pub async fn prune_admin_keys(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
+        let mut writer = self.writer.lock().await;
+        super::admin_keys::prune_sqlite(writer.conn().await?, before).await
+    }
+
     /// Opens (creating if needed) `<dir>/seckill.db` and runs the embedded migrations.
     /// `synchronous_full` makes every commit survive power loss, not only a process crash.
     /// Fails at once if another process holds the directory.
@@ -226,6 +240,7 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             }
             Ok(())
         }
+        LedgerWrite::AdminKey { key, at } => super::admin_keys::insert_sqlite(conn, key, *at).await,
         LedgerWrite::Limits {
             campaign_id,
             limits,

@@ -28,6 +28,8 @@ pub struct App {
     pub postgres: Option<String>,
     /// Servers the deployment runs on (scale-out), stopped when the app is dropped.
     _infra: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// The settings the server was started with, to restart it on the same data.
+    cfg: ServeConfig,
 }
 
 impl App {
@@ -49,7 +51,7 @@ impl App {
                 cfg.scale.redis = urls.clone();
                 cfg.scale.postgres = Some(postgres.clone());
                 cfg.scale.pipeline.pg_connections = 4;
-                let server = seckill::cli::start(cfg)
+                let server = seckill::cli::start(cfg.clone())
                     .await
                     .expect("scale-out server starts");
                 App {
@@ -59,6 +61,7 @@ impl App {
                     redis: urls,
                     postgres: Some(postgres),
                     _infra: Some(infra),
+                    cfg,
                 }
             }
         }
@@ -69,7 +72,7 @@ impl App {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
         tune(&mut cfg);
-        let server = seckill::cli::start(cfg)
+        let server = seckill::cli::start(cfg.clone())
             .await
             .expect("embedded server starts");
         App {
@@ -79,6 +82,7 @@ impl App {
             redis: Vec::new(),
             postgres: None,
             _infra: None,
+            cfg,
         }
     }
 
@@ -143,6 +147,25 @@ impl App {
     /// The data directory of an embedded deployment.
     pub fn data_dir(&self) -> &std::path::Path {
         self._dir.path()
+    }
+
+    /// Stops the server gracefully and starts it again on the same data (same directory, or
+    /// same Redis and PostgreSQL), on a new port.
+    pub async fn restart(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await.expect("clean stop");
+        }
+        let server = seckill::cli::start(self.cfg.clone())
+            .await
+            .expect("server restarts");
+        self.client = Client::new(&server.url(), TOKEN);
+        self.server = Some(server);
+    }
+
+    /// The address of the listener serving the admin routes, for raw-socket tests.
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        let s = self.server.as_ref().expect("running");
+        s.admin_addr.unwrap_or(s.addr)
     }
 
     pub async fn stop(mut self) {

@@ -2,6 +2,7 @@
 //! temp dirs, real redis-server and PostgreSQL instances for the scale-out deployment, real
 //! server processes for the crash tests.
 
+mod admin_crash;
 mod bad_input;
 mod bench_run;
 mod bench_verify;

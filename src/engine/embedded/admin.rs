@@ -2,21 +2,119 @@
 //! never interleave. Pause and close apply under the claim lock before they are persisted (no
 //! claim decided afterwards wins); restock and resume apply only once durable (nothing sells
 //! before the change that allows it is on disk).
+//!
+//! Every operation that changes state runs detached from its request (`engine::detach`):
+//! its own task holds the admin mutex, waits for the commit and applies the in-memory change,
+//! and the request only awaits that task. A client that disconnects (hyper then drops the
+//! request future) can therefore never leave the ledger changed and the engine not, nor release
+//! the admin mutex half-way through an operation.
 
 use super::cell::Cell;
 use super::Embedded;
 use crate::backend::Backend;
 use crate::domain::{
-    now, parse_order_id, CampaignLimits, CampaignView, Error, NewCampaign, Order, OrderState,
-    Restock, Status, Supply,
+    now, parse_order_id, AdminKey, CampaignLimits, CampaignView, Error, NewCampaign, Order,
+    OrderState, Restock, Status, Supply,
 };
+use crate::engine::detach::detached;
 use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{CampaignDef, CampaignState};
 use crate::ledger::{CommitError, CommitFault, LedgerWrite};
 
 impl Embedded {
-    pub(super) async fn create(&self, c: NewCampaign) -> Result<CampaignView, Error> {
+    pub(super) async fn create(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        detached(
+            &self.me,
+            move |me| async move { me.create_now(c, key).await },
+        )
+        .await
+    }
+
+    pub(super) async fn add_stock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.add_stock_now(&id, restock, key).await
+        })
+        .await
+    }
+
+    pub(super) async fn change_status(
+        &self,
+        id: &str,
+        to: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.change_status_now(&id, to, key).await
+        })
+        .await
+    }
+
+    /// Whether `key` was already used: `true` for this very request (the caller answers the
+    /// current state and changes nothing), a conflict for another request. Call under the
+    /// lock that serialises the operation, so the first use's commit is visible.
+    async fn replayed(&self, key: Option<&AdminKey>) -> Result<bool, Error> {
+        let Some(key) = key else { return Ok(false) };
+        let remembered = self
+            .ledger
+            .admin_key(key)
+            .await
+            .map_err(|e| Error::unavailable("reading the Idempotency-Key failed", e))?;
+        match remembered {
+            None => Ok(false),
+            Some((op, fingerprint)) => key.check_replay(&op, &fingerprint).map(|()| true),
+        }
+    }
+
+    /// The writes of an operation, plus its Idempotency-Key when it has one.
+    fn with_key(mut writes: Vec<LedgerWrite>, key: Option<AdminKey>) -> Vec<LedgerWrite> {
+        if let Some(key) = key {
+            writes.push(LedgerWrite::AdminKey { key, at: now() });
+        }
+        writes
+    }
+
+    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+        let order_id = order_id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.cancel_order_now(&order_id).await
+        })
+        .await
+    }
+
+    pub(super) async fn store_limits(
+        &self,
+        id: &str,
+        limits: CampaignLimits,
+    ) -> Result<CampaignLimits, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            me.store_limits_now(&id, limits).await
+        })
+        .await
+    }
+
+    async fn create_now(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
         let _one_at_a_time = self.create.lock().await;
+        // Validated here, under the create lock, so a duplicate never reaches the ledger as a
+        // failing INSERT that would fail the claims sharing its group commit.
+        if self.replayed(key.as_ref()).await? {
+            return Ok(self.cell(&c.id)?.view());
+        }
         if self.campaigns.read().contains_key(&c.id) {
             return Err(Error::Conflict(format!(
                 "campaign '{}' already exists",
@@ -36,17 +134,15 @@ impl Embedded {
             Supply::Stock(_) => Vec::new(),
             Supply::Codes(codes) => codes,
         };
+        let writes = vec![LedgerWrite::CreateCampaign {
+            def: def.clone(),
+            total,
+            codes: codes.clone(),
+            status: Status::Active,
+            at: now(),
+        }];
         self.commit
-            .run(
-                epoch,
-                vec![LedgerWrite::CreateCampaign {
-                    def: def.clone(),
-                    total,
-                    codes: codes.clone(),
-                    status: Status::Active,
-                    at: now(),
-                }],
-            )
+            .run(epoch, Self::with_key(writes, key))
             .await
             .map_err(commit_failed)?;
         let cell = Cell::new(
@@ -61,13 +157,17 @@ impl Embedded {
         Ok(view)
     }
 
-    pub(super) async fn add_stock(
+    async fn add_stock_now(
         &self,
         id: &str,
         restock: Restock,
+        key: Option<AdminKey>,
     ) -> Result<CampaignView, Error> {
         let cell = self.cell(id)?;
         let _admin = cell.admin.lock().await;
+        if self.replayed(key.as_ref()).await? {
+            return Ok(cell.view());
+        }
         {
             let inner = cell.inner.lock();
             restock.check_against(inner.state.def.kind, inner.state.total)?;
@@ -85,16 +185,14 @@ impl Embedded {
             Restock::Units(n) => (*n, Vec::new()),
             Restock::Codes(c) => (c.len() as u64, c.clone()),
         };
+        let writes = vec![LedgerWrite::Restock {
+            campaign_id: id.to_owned(),
+            units,
+            codes,
+            at: now(),
+        }];
         self.commit
-            .run(
-                cell.epoch,
-                vec![LedgerWrite::Restock {
-                    campaign_id: id.to_owned(),
-                    units,
-                    codes,
-                    at: now(),
-                }],
-            )
+            .run(cell.epoch, Self::with_key(writes, key))
             .await
             .map_err(commit_failed)?;
         let mut inner = cell.inner.lock();
@@ -112,9 +210,17 @@ impl Embedded {
         Ok(inner.state.view())
     }
 
-    pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
+    async fn change_status_now(
+        &self,
+        id: &str,
+        to: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
         let cell = self.cell(id)?;
         let _admin = cell.admin.lock().await;
+        if self.replayed(key.as_ref()).await? {
+            return Ok(cell.view());
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let previous = {
             let mut inner = cell.inner.lock();
@@ -132,7 +238,7 @@ impl Embedded {
                 at: now(),
             };
             self.commit
-                .submit(cell.epoch, vec![write], move |r| {
+                .submit(cell.epoch, Self::with_key(vec![write], key), move |r| {
                     let _ = tx.send(r);
                 })
                 .inspect_err(|_| {
@@ -169,7 +275,7 @@ impl Embedded {
         }
     }
 
-    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+    async fn cancel_order_now(&self, order_id: &str) -> Result<Order, Error> {
         let (campaign_id, _) = parse_order_id(order_id)?;
         let cell = self
             .cell(campaign_id)
@@ -202,7 +308,7 @@ impl Embedded {
         Ok(order)
     }
 
-    pub(super) async fn store_limits(
+    async fn store_limits_now(
         &self,
         id: &str,
         limits: CampaignLimits,

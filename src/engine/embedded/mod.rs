@@ -5,7 +5,8 @@
 //! decision order — submits the order to the group commit. The lock is released before any
 //! waiting. The answer is sent only after the commit; if it fails, the commit callback gives the
 //! units back and the client gets 503. Admin operations additionally take a per-campaign async
-//! mutex so they never interleave with each other.
+//! mutex so they never interleave with each other, and run on their own task so a client that
+//! disconnects cannot stop one between its commit and its in-memory change.
 //!
 //! Every change of a campaign's stock or status is published to the guard's stock board
 //! under the same lock, before the operation answers (see `guard::soldout`).
@@ -31,8 +32,8 @@ use super::idempotency::{IdemLimits, Slot};
 use super::state::CampaignState;
 use crate::backend::Backend;
 use crate::domain::{
-    parse_order_id, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
-    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
+    parse_order_id, AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error,
+    IdempotencyKey, NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::engine::idempotency::commit_failed;
 use crate::guard::soldout::StockBoard;
@@ -72,6 +73,8 @@ pub struct Embedded {
     create: tokio::sync::Mutex<()>,
     idempotency_ttl: chrono::Duration,
     idem_limits: IdemLimits,
+    /// This engine, for admin operations that run on their own task (see `admin`).
+    me: std::sync::Weak<Embedded>,
 }
 
 impl Embedded {
@@ -84,7 +87,7 @@ impl Embedded {
         let idem_limits = opts.idempotency_limits;
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
         let campaigns = load_cells(&ledger, &board, ttl, idem_limits, commit.epoch()).await?;
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
             campaigns: RwLock::new(campaigns),
             board,
             ledger,
@@ -92,6 +95,7 @@ impl Embedded {
             create: tokio::sync::Mutex::new(()),
             idempotency_ttl: ttl,
             idem_limits,
+            me: me.clone(),
         });
         let every = (idem_limits.rejected_ttl / 2)
             .to_std()
@@ -157,6 +161,10 @@ impl Embedded {
         match rows {
             Ok(rows) => tracing::debug!(dropped, rows, "idempotency answers pruned"),
             Err(e) => tracing::warn!(error = %e, "pruning idempotency answers failed"),
+        }
+        match self.ledger.prune_admin_keys(cutoff).await {
+            Ok(rows) => tracing::debug!(rows, "admin idempotency keys pruned"),
+            Err(e) => tracing::warn!(error = %e, "pruning admin idempotency keys failed"),
         }
     }
 }
@@ -238,20 +246,34 @@ async fn prune_loop(me: std::sync::Weak<Embedded>, every: Duration) {
 
 #[async_trait]
 impl Backend for Embedded {
-    async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
-        self.create(c).await
+    async fn create_campaign(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.create(c, key).await
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
         Ok(self.cell(id)?.view())
     }
 
-    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
-        self.add_stock(id, restock).await
+    async fn restock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.add_stock(id, restock, key).await
     }
 
-    async fn set_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
-        self.change_status(id, to).await
+    async fn set_status(
+        &self,
+        id: &str,
+        to: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        self.change_status(id, to, key).await
     }
 
     async fn claim(

@@ -6,30 +6,59 @@
 //!   Redis (`install.lua` only if the campaign is absent, `restock.lua` only if the gate's
 //!   total is still the pre-restock total). A gate behind the ledger under-sells for a moment;
 //!   it can never sell a unit the ledger does not have.
-//! - pause / resume / close hold the campaign's row lock in PostgreSQL, switch the gate (the
-//!   switch is what claims see, atomically), then commit; if the commit fails, the gate is
-//!   switched back.
+//! - pause / resume / close commit to PostgreSQL first (under the campaign's row lock), then
+//!   set the gate to the status the ledger holds *now* (`sync_status`), so concurrent changes
+//!   through several instances converge on the last one committed. A crash between the two
+//!   leaves the gate behind, and `reconcile` compares the status too.
+//! - with an Idempotency-Key, the key is written in the transaction of the change; a retry
+//!   finds it, adds nothing, brings the gate level and answers the current state.
+//! - a change the ledger committed but Redis did not take answers 503 saying so (never
+//!   "nothing was changed"); the gate catches up on the next admin change, `reconcile`, or a
+//!   retry with the same key.
 //! - cancel marks the order cancelled in PostgreSQL exactly once (`WHERE state = 'active'`),
 //!   then gives units, codes and allowance back with `release.lua`, at most once per order.
 
 use super::scripts::Guarded;
 use super::{redis_failed, Keys, ScaleOut};
 use crate::domain::{
-    now, parse_order_id, CampaignView, Error, NewCampaign, Order, OrderState, Restock, Status,
-    Supply,
+    now, parse_order_id, AdminKey, CampaignView, Error, NewCampaign, Order, OrderState, Restock,
+    Status, Supply,
 };
 use crate::engine::state::{CampaignDef, CampaignState};
-use crate::ledger::{Ledger, PgLedger};
+use crate::ledger::{admin_keys, Ledger, PgLedger};
 
 /// How long a cancel waits for an order that was won but is not yet in the ledger.
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A change the ledger committed but Redis did not take: a 503 that says so, since a retry
+/// without the same Idempotency-Key would repeat it.
+fn saved_not_applied<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
+    move |e| {
+        tracing::error!(error = %e, "{what} is committed to the ledger but Redis did not take it");
+        Error::Unavailable(format!(
+            "{what} is saved in the ledger but not yet applied to the gate; it will be \
+             applied by the next admin change or restart: check the campaign before retrying, \
+             or retry with the same Idempotency-Key"
+        ))
+    }
+}
 
 fn ledger_failed(context: &'static str) -> impl Fn(anyhow::Error) -> Error {
     move |e| Error::unavailable(context, format!("{e:#}"))
 }
 
 impl ScaleOut {
-    pub(super) async fn create(&self, c: NewCampaign) -> Result<CampaignView, Error> {
+    pub(super) async fn create(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        if let Some(k) = &key {
+            if let Some((op, fingerprint)) = self.ledger.admin_key(k).await? {
+                k.check_replay(&op, &fingerprint)?;
+                return self.campaign_view(&c.id).await;
+            }
+        }
         let def = CampaignDef {
             id: c.id.clone(),
             kind: c.kind(),
@@ -42,17 +71,24 @@ impl ScaleOut {
             Supply::Stock(_) => Vec::new(),
             Supply::Codes(codes) => codes,
         };
-        self.ledger
-            .create_campaign(&def, total, &codes, now())
-            .await?;
+        let created = self
+            .ledger
+            .create_campaign_keyed(&def, total, &codes, now(), key.as_ref())
+            .await;
+        if let (Err(Error::Conflict(_)), Some(k)) = (&created, &key) {
+            // Another instance may have processed this very create concurrently.
+            if let Some((op, fingerprint)) = self.ledger.admin_key(k).await? {
+                k.check_replay(&op, &fingerprint)?;
+                return self.campaign_view(&def.id).await;
+            }
+        }
+        created?;
         let state = CampaignState::new(def, total, codes, Status::Active);
         let installed = self
             .scripts
             .install(&mut self.conn(), &state, 0, &[])
             .await
-            .map_err(redis_failed(
-                "the campaign is saved but Redis did not take it",
-            ))?;
+            .map_err(saved_not_applied("the campaign"))?;
         if !installed {
             // Redis already had a campaign of that id the ledger did not: state left over from
             // another ledger. The gate's state wins; say so loudly.
@@ -66,20 +102,12 @@ impl ScaleOut {
     /// Rebuilds a campaign missing from Redis from the ledger. Unknown → 404.
     pub(super) async fn install_from_ledger(&self, id: &str) -> Result<(), Error> {
         let failed = "rebuilding the campaign from the ledger failed";
-        let stored = self
+        let (stored, released) = self
             .ledger
-            .stored(id)
+            .stored_snapshot(id)
             .await
             .map_err(ledger_failed(failed))?
             .ok_or_else(|| Error::campaign_not_found(id))?;
-        let released: Vec<String> = self
-            .ledger
-            .cancelled_orders(id)
-            .await
-            .map_err(ledger_failed(failed))?
-            .into_iter()
-            .map(|o| o.order_id)
-            .collect();
         let state = CampaignState::recover(
             stored.def,
             stored.total,
@@ -110,6 +138,7 @@ impl ScaleOut {
             return self.install_from_ledger(id).await;
         }
         self.catch_up_restocks(id).await?;
+        self.sync_status(id).await?;
         let cancelled = self
             .ledger
             .cancelled_orders(id)
@@ -154,8 +183,19 @@ impl ScaleOut {
         &self,
         id: &str,
         restock: Restock,
+        key: Option<AdminKey>,
     ) -> Result<CampaignView, Error> {
-        let done = self.ledger.restock(id, &restock, now()).await?;
+        let done = self
+            .ledger
+            .restock_keyed(id, &restock, now(), key.as_ref())
+            .await?;
+        if done.replayed {
+            // The first attempt's restock is committed; make sure the gate has it too.
+            self.catch_up_restocks(id)
+                .await
+                .map_err(|_| saved_not_applied("the restock")("catching up failed"))?;
+            return self.campaign_view(id).await;
+        }
         let codes = match &restock {
             Restock::Units(_) => &[][..],
             Restock::Codes(c) => &c[..],
@@ -170,12 +210,12 @@ impl ScaleOut {
                 codes,
             )
             .await
-            .map_err(redis_failed(
-                "the restock is saved but Redis did not take it",
-            ))?;
+            .map_err(saved_not_applied("the restock"))?;
         if applied != Guarded::Ok(done.after.to_string()) {
             // Another instance restocked concurrently, or Redis lost the campaign.
-            self.catch_up_restocks(id).await?;
+            self.catch_up_restocks(id)
+                .await
+                .map_err(|_| saved_not_applied("the restock")("catching up failed"))?;
         }
         tracing::info!(
             campaign = id,
@@ -190,43 +230,84 @@ impl ScaleOut {
         crate::backend::Backend::campaign(self, id).await
     }
 
-    pub(super) async fn change_status(&self, id: &str, to: Status) -> Result<CampaignView, Error> {
-        let (mut tx, _) = self.ledger.lock_campaign(id).await?;
-        self.catch_up_restocks(id).await?;
-        let switched = self
-            .scripts
-            .status(&mut self.conn(), id, to.as_str(), false)
-            .await
-            .map_err(redis_failed("Redis did not take the status change"))?;
-        let previous = match switched {
-            Guarded::Ok(p) => p,
-            Guarded::Refused(_) => {
-                return Err(Error::Conflict(format!(
-                    "campaign is closed for good; it cannot become {}",
-                    to.as_str()
-                )))
-            }
-            Guarded::Missing => return Err(Error::campaign_not_found(id)),
+    pub(super) async fn change_status(
+        &self,
+        id: &str,
+        to: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        let failed = "the status change could not be committed";
+        let (mut tx, previous) = self.ledger.lock_campaign(id).await?;
+        let replayed = match &key {
+            Some(k) => match admin_keys::lookup_pg(&mut tx, k)
+                .await
+                .map_err(|e| Error::unavailable(failed, e))?
+            {
+                Some((op, fingerprint)) => {
+                    k.check_replay(&op, &fingerprint)?;
+                    true
+                }
+                None => false,
+            },
+            None => false,
         };
-        let committed = match PgLedger::write_status(&mut tx, id, to, now()).await {
-            Ok(()) => tx.commit().await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = committed {
-            let undo = self
-                .scripts
-                .status(&mut self.conn(), id, &previous, true)
-                .await;
-            if let Err(u) = undo {
-                tracing::error!(campaign = id, error = %u, "could not undo a status change the ledger refused");
+        if !replayed {
+            previous.transition(to)?;
+            PgLedger::write_status(&mut tx, id, to, now())
+                .await
+                .map_err(|e| Error::unavailable(failed, e))?;
+            if let Some(k) = &key {
+                PgLedger::write_admin_key(&mut tx, k, now())
+                    .await
+                    .map_err(|e| Error::unavailable(failed, e))?;
             }
-            return Err(Error::unavailable(
-                "the status change could not be committed",
-                e,
-            ));
+            tx.commit()
+                .await
+                .map_err(|e| Error::unavailable(failed, e))?;
+        } else {
+            drop(tx);
         }
-        tracing::info!(campaign = id, from = %previous, to = to.as_str(), "status changed");
+        // Ledger first, gate second: the gate takes whatever status the ledger holds now.
+        self.catch_up_restocks(id)
+            .await
+            .map_err(|_| saved_not_applied("the status change")("catching up failed"))?;
+        self.sync_status(id)
+            .await
+            .map_err(|_| saved_not_applied("the status change")("Redis failed"))?;
+        if !replayed {
+            tracing::info!(
+                campaign = id,
+                from = previous.as_str(),
+                to = to.as_str(),
+                "status changed"
+            );
+        }
         self.campaign_view(id).await
+    }
+
+    /// Sets the gate's status to the ledger's, until the ledger's is the same before and after
+    /// (a change committed meanwhile by another instance is then applied too).
+    async fn sync_status(&self, id: &str) -> Result<(), Error> {
+        let read = "reading the campaign's status failed";
+        let mut status = self.ledger.status(id).await.map_err(ledger_failed(read))?;
+        loop {
+            let Some(status_now) = status else {
+                return Ok(());
+            };
+            let switched = self
+                .scripts
+                .status(&mut self.conn(), id, status_now.as_str(), true)
+                .await
+                .map_err(redis_failed("Redis did not take the status change"))?;
+            if switched == Guarded::Missing {
+                return self.install_from_ledger(id).await;
+            }
+            let again = self.ledger.status(id).await.map_err(ledger_failed(read))?;
+            if again == Some(status_now) {
+                return Ok(());
+            }
+            status = again;
+        }
     }
 
     pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
@@ -281,6 +362,7 @@ impl ScaleOut {
         }
         let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
         while tokio::time::Instant::now() < deadline {
+            self.refused_by_ledger(campaign, order_id).await?;
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             if let Some(o) = self.ledger_order(order_id).await? {
                 return Ok(o);
@@ -291,26 +373,51 @@ impl ScaleOut {
         )))
     }
 
-    async fn release(&self, o: &Order) -> Result<(), Error> {
-        let codes = o.codes.clone().unwrap_or_default();
-        let released = self
-            .scripts
-            .release(
-                &mut self.conn(),
-                &o.campaign_id,
-                &o.order_id,
-                &o.user_id,
-                o.qty,
-                &codes,
-            )
+    /// A conflict when the pipeline recorded `order_id` as refused by the ledger (a poison
+    /// order): it never became an order and its units were already given back, so there is
+    /// nothing to cancel and waiting for it would never end.
+    async fn refused_by_ledger(&self, campaign: &str, order_id: &str) -> Result<(), Error> {
+        let failed = self
+            .ledger
+            .failed_orders(campaign)
             .await
-            .map_err(redis_failed(
-                "giving the order's units back in Redis failed",
-            ))?;
-        if released < 0 {
-            // Not in Redis: rebuilding it from the ledger counts the order as cancelled.
-            self.install_from_ledger(&o.campaign_id).await?;
+            .map_err(ledger_failed("reading the refused orders failed"))?;
+        if failed.iter().any(|(id, _)| id.as_deref() == Some(order_id)) {
+            return Err(Error::Conflict(format!(
+                "order '{order_id}' was won but the ledger refused to store it; its units \
+                 were already given back, so there is nothing to cancel"
+            )));
         }
         Ok(())
+    }
+
+    async fn release(&self, o: &Order) -> Result<(), Error> {
+        let codes = o.codes.clone().unwrap_or_default();
+        for _ in 0..3 {
+            let released = self
+                .scripts
+                .release(
+                    &mut self.conn(),
+                    &o.campaign_id,
+                    &o.order_id,
+                    &o.user_id,
+                    o.qty,
+                    &codes,
+                )
+                .await
+                .map_err(saved_not_applied("the cancel"))?;
+            if released >= 0 {
+                return Ok(());
+            }
+            // Not in Redis: rebuild it from the ledger, then release again. A rebuild racing
+            // this one may have installed a snapshot taken before the cancel committed; the
+            // release script is at most once per order, so repeating it is always safe.
+            self.install_from_ledger(&o.campaign_id)
+                .await
+                .map_err(|_| saved_not_applied("the cancel")("rebuilding failed"))?;
+        }
+        Err(saved_not_applied("the cancel")(
+            "the campaign kept disappearing from Redis",
+        ))
     }
 }

@@ -44,9 +44,10 @@ pub use stock::StockKeeper;
 
 use crate::backend::Backend;
 use crate::domain::{
-    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
+    AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
 use crate::pipeline::{self, PipelineOptions};
 use crate::supervise::Supervisor;
@@ -83,6 +84,8 @@ pub struct ScaleOut {
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
     settings: Arc<settings::Watch>,
+    /// This engine, for admin operations that run on their own task (`engine::detach`).
+    me: std::sync::Weak<ScaleOut>,
 }
 
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
@@ -118,7 +121,7 @@ impl ScaleOut {
         supervisor.spawn("redis-settings", move |_| {
             settings::recheck_loop(conn.clone(), watch.clone())
         });
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
@@ -129,6 +132,7 @@ impl ScaleOut {
             claim_depends,
             limiter,
             stock,
+            me: me.clone(),
         });
         for id in ledger.campaign_ids().await? {
             me.reconcile(&id).await.map_err(|e| {
@@ -201,15 +205,21 @@ impl ScaleOut {
         match (a.outcome, a.remaining) {
             (crate::domain::Outcome::Won, _) => self.stock.won(id, user),
             (crate::domain::Outcome::SoldOut, Some(remaining)) => {
-                let facts = async {
-                    let v = self.gate_view(id).await.ok().flatten()?;
-                    Some(crate::guard::soldout::StockFacts {
-                        per_user_limit: v.per_user_limit,
-                        starts_at: v.starts_at,
-                        ends_at: v.ends_at,
-                    })
-                };
-                self.stock.sold_out(id, remaining, facts).await;
+                // Off the request path: this claim already has its answer, and loading the
+                // holders of a large campaign takes a while.
+                let Some(me) = self.me.upgrade() else { return };
+                let id = id.to_owned();
+                tokio::spawn(async move {
+                    let facts = async {
+                        let v = me.gate_view(&id).await.ok().flatten()?;
+                        Some(crate::guard::soldout::StockFacts {
+                            per_user_limit: v.per_user_limit,
+                            starts_at: v.starts_at,
+                            ends_at: v.ends_at,
+                        })
+                    };
+                    me.stock.sold_out(&id, remaining, facts).await;
+                });
             }
             _ => {}
         }
@@ -228,18 +238,25 @@ impl ScaleOut {
 
 #[async_trait]
 impl Backend for ScaleOut {
-    async fn create_campaign(&self, c: NewCampaign) -> Result<CampaignView, Error> {
-        self.create(c).await
+    async fn create_campaign(
+        &self,
+        c: NewCampaign,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        detached(&self.me, move |me| async move { me.create(c, key).await }).await
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
-        if let Some(v) = self.gate_view(id).await? {
-            return Ok(v);
+        for _ in 0..3 {
+            if let Some(v) = self.gate_view(id).await? {
+                return Ok(v);
+            }
+            // Unknown to the ledger too → 404; else rebuilt (Redis may lose it again meanwhile).
+            self.install_from_ledger(id).await?;
         }
-        self.install_from_ledger(id).await?;
-        self.gate_view(id)
-            .await?
-            .ok_or_else(|| Error::campaign_not_found(id))
+        Err(Error::Unavailable(format!(
+            "campaign '{id}' keeps disappearing from Redis; retry later"
+        )))
     }
 
     async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {
@@ -271,16 +288,34 @@ impl Backend for ScaleOut {
         Some(LIMITS_REFRESH)
     }
 
-    async fn restock(&self, id: &str, restock: Restock) -> Result<CampaignView, Error> {
-        let view = self.restock_campaign(id, restock).await?;
-        self.stock.changed(id).await;
-        Ok(view)
+    async fn restock(
+        &self,
+        id: &str,
+        restock: Restock,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            let view = me.restock_campaign(&id, restock, key).await?;
+            me.stock.changed(&id).await;
+            Ok(view)
+        })
+        .await
     }
 
-    async fn set_status(&self, id: &str, status: Status) -> Result<CampaignView, Error> {
-        let view = self.change_status(id, status).await?;
-        self.stock.changed(id).await;
-        Ok(view)
+    async fn set_status(
+        &self,
+        id: &str,
+        status: Status,
+        key: Option<AdminKey>,
+    ) -> Result<CampaignView, Error> {
+        let id = id.to_owned();
+        detached(&self.me, move |me| async move {
+            let view = me.change_status(&id, status, key).await?;
+            me.stock.changed(&id).await;
+            Ok(view)
+        })
+        .await
     }
 
     fn stock_board(&self) -> Option<Arc<crate::guard::soldout::StockBoard>> {
@@ -340,9 +375,13 @@ impl Backend for ScaleOut {
     }
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
-        let order = self.cancel_order(order_id).await?;
-        self.stock.changed(&order.campaign_id).await;
-        Ok(order)
+        let order_id = order_id.to_owned();
+        detached(&self.me, move |me| async move {
+            let order = me.cancel_order(&order_id).await?;
+            me.stock.changed(&order.campaign_id).await;
+            Ok(order)
+        })
+        .await
     }
 
     async fn health(&self) -> Result<(), Error> {

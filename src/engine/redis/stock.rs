@@ -4,7 +4,8 @@
 //! It keeps the contract of [`crate::guard::soldout`]:
 //!
 //! - **claims**: a `sold_out` answer of the claim script carries the remaining stock; when it is
-//!   0, the instance registers the campaign (its facts from the gate), loads every holder from
+//!   0, the instance (on a task of its own, so that claim's answer never waits for it)
+//!   registers the campaign (its facts from the gate), loads every holder from
 //!   `{c:<id>}:users` (a holder must hear `already_claimed`, never the fast `sold_out`) and only
 //!   then publishes "0 left". A `won` answer adds the winner as a holder.
 //! - **restock, cancel, status change** through any instance: once the gate applied it, that
@@ -13,9 +14,14 @@
 //!   re-reads the campaign from Redis when it hears an id.
 //! - **lost messages** (a subscriber reconnecting, a Sentinel deployment without a subscriber,
 //!   a claim answer overtaken by a restock): every `max_staleness` each instance re-reads every
-//!   campaign it believes sold out (one `HMGET` + `HLEN` per such campaign, never per request),
-//!   reloading holders when their count changed. A stale `sold_out` therefore outlives a
-//!   restock by at most `max_staleness` plus one round trip.
+//!   campaign it believes sold out (one `HMGET` per such campaign, never per request). A stale
+//!   `sold_out` therefore outlives a restock by at most `max_staleness` plus one round trip.
+//! - **holders by version**: every script that changes `{c:<id>}:users` (a win, a release, an
+//!   install) bumps the campaign's `hver` in the same atomic step, and the re-read fetches it
+//!   with the stock. Holders are reloaded only when the version differs from the one this
+//!   instance last loaded — a cancel followed at once by a re-win is seen even though the
+//!   number of holders is unchanged — so an idle sold-out campaign costs one `HMGET` per tick
+//!   however many holders it has, and a change costs one `HSCAN` pass.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +37,9 @@ use crate::supervise::Supervisor;
 pub const REFRESHER: &str = "stock-refresher";
 pub const SUBSCRIBER: &str = "stock-subscriber";
 
+/// Fields per `HSCAN` page when holders are (re)loaded.
+const HOLDER_PAGE: usize = 10_000;
+
 /// The pub/sub channel on which instances announce a campaign whose stock may have grown.
 pub const CHANNEL: &str = "seckill:stock";
 
@@ -39,6 +48,8 @@ pub struct StockKeeper {
     conn: RedisConn,
     /// One campaign loads its holders at a time; concurrent sold-out answers skip the load.
     loading: tokio::sync::Mutex<()>,
+    /// Per campaign, the holders version (`hver`) whose holders this instance has loaded.
+    loaded: parking_lot::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl StockKeeper {
@@ -47,6 +58,7 @@ impl StockKeeper {
             board: StockBoard::new(),
             conn,
             loading: tokio::sync::Mutex::new(()),
+            loaded: Default::default(),
         })
     }
 
@@ -95,8 +107,9 @@ impl StockKeeper {
     }
 
     /// Re-reads one campaign from the gate and publishes it. Holders are (re)loaded after the
-    /// stock is read and before it is published — when `holders`, or when their count
-    /// changed — so everyone who won before the stock read is known before "0 left" is.
+    /// stock is read and before it is published — when `holders`, or when the holders version
+    /// read with the stock differs from the one last loaded — so everyone who won before the
+    /// stock read is known before "0 left" is.
     pub async fn refresh(
         &self,
         campaign: &str,
@@ -105,18 +118,36 @@ impl StockKeeper {
     ) -> redis::RedisResult<()> {
         let k = Keys::new(campaign);
         let mut conn = self.conn.clone();
-        let (remaining, status): (Option<u64>, Option<String>) =
-            conn.hget(k.meta(), &["remaining", "status"]).await?;
+        let (remaining, status, version): (Option<u64>, Option<String>, Option<String>) = conn
+            .hget(k.meta(), &["remaining", "status", "hver"])
+            .await?;
         let Some(remaining) = remaining else {
             entry.publish(0, false);
             return Ok(());
         };
-        let count: usize = conn.hlen(k.users()).await?;
-        if holders || count != entry.holder_count() {
-            let users: Vec<String> = conn.hkeys(k.users()).await?;
-            for u in &users {
-                entry.add_holder(u);
+        let version = version.unwrap_or_default();
+        let known = self.loaded.lock().get(campaign) == Some(&version);
+        if holders || !known {
+            // In pages of HOLDER_PAGE fields: a few round trips even for a million holders,
+            // and never one reply that blocks Redis for long.
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                    .arg(k.users())
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(HOLDER_PAGE)
+                    .query_async(&mut conn)
+                    .await?;
+                for (user, _held) in &page {
+                    entry.add_holder(user);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
+            self.loaded.lock().insert(campaign.to_owned(), version);
         }
         entry.publish(remaining, status.as_deref() == Some("active"));
         Ok(())

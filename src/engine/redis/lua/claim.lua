@@ -3,7 +3,8 @@
 -- units, records the user's holding, pops its codes, numbers the order and appends it to the
 -- campaign's stream in this one script, so a reservation never exists without its order.
 --
--- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends
+-- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
+--                                 hver (holders version: bumped by every script that changes users)
 -- KEYS[2] {c:<id>}:users   hash   user -> units held
 -- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
 -- KEYS[4] {c:<id>}:seq     string last order number
@@ -89,6 +90,7 @@ if remaining < qty then return finish(answer('sold_out', nil, nil, remaining)) e
 
 redis.call('HSET', KEYS[1], 'remaining', int(remaining - qty))
 redis.call('HSET', KEYS[2], user, int(held + qty))
+redis.call('HINCRBY', KEYS[1], 'hver', 1)
 local codes = nil
 if m[6] == 'codes' then codes = redis.call('LPOP', KEYS[3], qty) end
 local seq = redis.call('INCR', KEYS[4])

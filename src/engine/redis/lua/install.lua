@@ -2,7 +2,8 @@
 -- campaign (after the ledger committed it) and to rebuild one from the ledger when Redis does
 -- not have it (a process died between the two writes, or Redis lost its data).
 --
--- KEYS[1] {c:<id>}:meta      hash
+-- KEYS[1] {c:<id>}:meta      hash   (holders version 'hver' starts at the server's time in µs,
+--                                    so a rebuilt campaign never repeats a version seen before)
 -- KEYS[2] {c:<id>}:users     hash   user -> units held by active orders
 -- KEYS[3] {c:<id>}:codes     list   codes not held by an active order, in hand-out order
 -- KEYS[4] {c:<id>}:seq       string highest order number used
@@ -47,4 +48,6 @@ end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', ARGV[2], 'total', ARGV[3],
            'remaining', ARGV[4], 'limit', ARGV[5], 'status', ARGV[6],
            'starts', ARGV[7], 'ends', ARGV[8])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'hver', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])))
 return 1

@@ -2,7 +2,7 @@
 -- ledger can never take). At most once per order: the order id is remembered in a set, so a
 -- retry after a crash, or a second cancel, changes nothing.
 --
--- KEYS[1] {c:<id>}:meta      hash
+-- KEYS[1] {c:<id>}:meta      hash  (its holders version 'hver' is bumped)
 -- KEYS[2] {c:<id>}:users     hash  user -> units held
 -- KEYS[3] {c:<id>}:codes     list  the codes go back to the head, in their order
 -- KEYS[4] {c:<id>}:released  set   order ids already released
@@ -21,5 +21,6 @@ if held > 0 then
 else
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
+redis.call('HINCRBY', KEYS[1], 'hver', 1)
 for i = #ARGV, 4, -1 do redis.call('LPUSH', KEYS[3], ARGV[i]) end
 return 1

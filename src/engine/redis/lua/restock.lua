@@ -14,12 +14,14 @@ if not m[1] then return {'missing', ''} end
 if tonumber(m[1]) ~= tonumber(ARGV[1]) then return {'stale', m[1]} end
 local units = tonumber(ARGV[2])
 local total = string.format('%d', tonumber(m[1]) + units)
-redis.call('HSET', KEYS[1], 'total', total,
-           'remaining', string.format('%d', tonumber(m[2]) + units))
+-- The codes first: a script error is not rolled back, so the write that can fail on a damaged
+-- pool key comes before the total, which then never counts codes the pool lacks.
 local i = 3
 while i <= #ARGV do
   local j = math.min(#ARGV, i + 999)
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, j))
   i = j + 1
 end
+redis.call('HSET', KEYS[1], 'total', total,
+           'remaining', string.format('%d', tonumber(m[2]) + units))
 return {'ok', total}
