@@ -187,17 +187,10 @@ impl GroupCommit {
         self.health.borrow().clone()
     }
 
-    /// Waits until the writer needs the engine re-read; returns the reason.
-    pub async fn needs_recovery(&self) -> Option<String> {
-        let mut rx = self.health.clone();
-        let h = rx
-            .wait_for(|h| matches!(h, WriterHealth::Recovering { .. }))
-            .await
-            .ok()?;
-        match &*h {
-            WriterHealth::Recovering { reason } => Some(reason.clone()),
-            _ => None,
-        }
+    /// A receiver of the writer's health that does not keep the writer alive: the engine's
+    /// recovery task waits on it for [`WriterHealth::Recovering`].
+    pub fn watch_health(&self) -> watch::Receiver<WriterHealth> {
+        self.health.clone()
     }
 
     /// The engine's state was re-read at the current epoch: acknowledge again.

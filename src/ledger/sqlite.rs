@@ -34,7 +34,7 @@ const ROWS_PER_INSERT: usize = 1000;
 pub struct SqliteLedger {
     writer: Mutex<Writer>,
     readers: SqlitePool,
-    _lock: DirLock,
+    lock: std::sync::Mutex<Option<DirLock>>,
 }
 
 impl SqliteLedger {
@@ -82,8 +82,15 @@ impl SqliteLedger {
         Ok(Self {
             writer: Mutex::new(Writer::new(writer, opts)),
             readers,
-            _lock: lock,
+            lock: std::sync::Mutex::new(Some(lock)),
         })
+    }
+
+    /// Closes the writer for good and releases the data directory (graceful shutdown, after
+    /// the final flush). Later writes fail as not committed.
+    pub async fn close(&self) {
+        self.writer.lock().await.close();
+        self.lock.lock().expect("lock mutex").take();
     }
 
     /// Closes the writer connection so the next use opens a fresh one (in-process recovery

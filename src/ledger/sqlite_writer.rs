@@ -70,6 +70,8 @@ fn commit_fault(e: &sqlx::Error) -> WriteFault {
 pub(super) struct Writer {
     conn: Option<SqliteConnection>,
     opts: SqliteConnectOptions,
+    /// Set at shutdown: never reopen.
+    closed: bool,
 }
 
 impl Writer {
@@ -77,11 +79,13 @@ impl Writer {
         Self {
             conn: Some(conn),
             opts,
+            closed: false,
         }
     }
 
     /// The connection, opening a fresh one if the last was discarded.
     pub(super) async fn conn(&mut self) -> anyhow::Result<&mut SqliteConnection> {
+        anyhow::ensure!(!self.closed, "the ledger is closed (shutting down)");
         if self.conn.is_none() {
             let conn = SqliteConnection::connect_with(&self.opts).await?;
             tracing::info!("ledger writer connection reopened");
@@ -93,6 +97,12 @@ impl Writer {
     /// Closes the connection; the next batch opens a fresh one. Closing discards any open
     /// transaction, so nothing half-written can be committed later.
     pub(super) fn discard(&mut self) {
+        self.conn = None;
+    }
+
+    /// Closes the connection for good.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
         self.conn = None;
     }
 

@@ -217,13 +217,20 @@ async fn load_cells(
 /// Waits for the writer to ask for an in-process recovery and performs it, retrying every
 /// second while the ledger cannot be read.
 async fn recovery_loop(me: std::sync::Weak<Embedded>) {
+    let Some(mut health) = me.upgrade().map(|me| me.commit.watch_health()) else {
+        return;
+    };
     loop {
-        let commit = match me.upgrade() {
-            Some(me) => me.commit.clone(),
-            None => return,
-        };
-        let Some(reason) = commit.needs_recovery().await else {
-            return;
+        // Ends when the writer is gone (the engine was dropped).
+        let reason = match health
+            .wait_for(|h| matches!(h, WriterHealth::Recovering { .. }))
+            .await
+        {
+            Ok(h) => match &*h {
+                WriterHealth::Recovering { reason } => reason.clone(),
+                _ => continue,
+            },
+            Err(_) => return,
         };
         let Some(me) = me.upgrade() else { return };
         if let Err(e) = me.recover(&reason).await {
@@ -329,6 +336,9 @@ impl Backend for Embedded {
         if let Err(e) = self.commit.flush().await {
             tracing::error!(error = %e, "final ledger flush failed");
         }
+        // Nothing is written after the final flush: close the writer and give the data
+        // directory up now, so a successor can start even while this process winds down.
+        self.ledger.close().await;
     }
 
     async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {

@@ -114,10 +114,12 @@ async fn an_order_id_already_in_the_ledger_is_never_acknowledged_and_the_engine_
         }
         other => panic!("a conflicting order must not be acknowledged: {other:?}"),
     }
-    assert!(
-        server.log.lock().iter().any(|l| l.contains("contradicts")),
-        "the log names the contradiction"
-    );
+    // The log is read by another thread: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log.lock().iter().any(|l| l.contains("contradicts")) {
+        assert!(Instant::now() < deadline, "the log names the contradiction");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // After the in-process re-read the engine knows the intruder's order and sells on.
     let deadline = Instant::now() + Duration::from_secs(10);
