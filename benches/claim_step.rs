@@ -21,7 +21,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use futures::future::join_all;
 use seckill::backend::Backend;
 use seckill::domain::{ClaimRequest, Kind, NewCampaign, Status, Supply};
-use seckill::engine::redis::{RedisConn, RedisTarget, Scripts};
+use seckill::engine::redis::{Installing, RedisConn, RedisTarget, Scripts, Stage};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::{Embedded, EmbeddedOptions};
 
@@ -182,8 +182,17 @@ fn redis(c: &mut Criterion) {
         };
         let mut conn = RedisConn::connect(&target).await.expect("connects");
         scripts.load(&mut conn).await.expect("scripts load");
-        let hot = CampaignState::new(def(1), 1_000_000_000, vec![], Status::Active);
-        let installed = scripts.install(&mut conn, &hot, 1, &[]).await;
+        let hot_def = def(1);
+        let hot = Installing {
+            def: &hot_def,
+            total: 1_000_000_000,
+            remaining: 1_000_000_000,
+            status: Status::Active,
+            seq: 1,
+        };
+        let installed = scripts
+            .install(&mut conn, &hot, &Stage::new(&hot_def.id))
+            .await;
         assert!(installed.expect("install answers"), "campaign installed");
         conn
     });

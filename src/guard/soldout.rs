@@ -84,6 +84,13 @@ impl StockEntry {
         }
     }
 
+    /// [`Self::add_holder`] for `count` users under one lock (recovery).
+    pub fn add_holders<'a>(&self, users: impl Iterator<Item = &'a str>, count: usize) {
+        let mut holders = self.holders.write();
+        holders.reserve(count);
+        holders.extend(users.map(|u| self.users.hash_one(u)));
+    }
+
     /// Users recorded as holders.
     pub fn holder_count(&self) -> usize {
         self.holders.read().len()

@@ -16,7 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use super::rows::{self, micros, OrderRow};
-use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use super::{IdemRecord, Ledger, LedgerWrite, Recovery};
 use crate::domain::{CampaignLimits, Order};
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
@@ -270,18 +270,30 @@ impl Ledger for PgLedger {
         rows.into_iter().map(Order::try_from).collect()
     }
 
-    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+    async fn recover(
+        &self,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()> {
         let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM campaigns ORDER BY created_at")
             .fetch_all(&self.pool)
             .await?;
-        let mut out = Vec::with_capacity(ids.len());
+        let mut known = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(mut c) = self.stored(&id).await? {
-                c.idem = self.idem_since(&id, idem_since).await?;
-                out.push(c);
+            if let Some(c) = self.stored(&id).await? {
+                into.campaign(c)?;
+                known.push(id);
             }
         }
-        Ok(out)
+        for id in &known {
+            self.stream_rows(id, into).await?;
+        }
+        for id in &known {
+            for rec in self.idem_since(id, idem_since).await? {
+                into.idem(rec)?;
+            }
+        }
+        Ok(())
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

@@ -17,7 +17,7 @@ use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
 use super::rows::{self, micros, OrderRow};
-use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use super::{IdemRecord, Ledger, LedgerWrite, Recovery};
 use crate::domain::{CampaignLimits, Order};
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
@@ -280,9 +280,13 @@ impl Ledger for SqliteLedger {
         rows.into_iter().map(Order::try_from).collect()
     }
 
-    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+    async fn recover(
+        &self,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()> {
         let mut conn = self.writer.lock().await;
-        super::sqlite_recovery::snapshot(&mut conn, idem_since).await
+        super::sqlite_recovery::recover(&mut conn, idem_since, into).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

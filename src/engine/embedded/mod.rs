@@ -1,7 +1,7 @@
 //! The embedded deployment: per-campaign state in process, SQLite ledger, group commit.
 //!
 //! Each campaign has its own `parking_lot` mutex; a claim locks only its campaign, runs the
-//! atomic step of [`CampaignState::decide`], and — still under the lock, so ledger order equals
+//! atomic step of [`CampaignState::decide`](crate::engine::state::CampaignState::decide), and — still under the lock, so ledger order equals
 //! decision order — submits the order to the group commit. The lock is released before any
 //! waiting. The answer is sent only after the commit; if it fails, the commit callback gives the
 //! units back and the client gets 503. Admin operations additionally take a per-campaign async
@@ -11,11 +11,13 @@
 //! under the same lock, before the operation answers (see `guard::soldout`).
 //!
 //! The module is split by concept: `cell` (one campaign's locked state), `claim` (the claim
-//! path) and `admin` (create, restock, status, cancel, limits).
+//! path), `admin` (create, restock, status, cancel, limits) and `recover` (every cell rebuilt
+//! from the ledger at start).
 
 mod admin;
 mod cell;
 mod claim;
+mod recover;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -27,8 +29,6 @@ use chrono::Utc;
 use parking_lot::RwLock;
 
 use self::cell::Cell;
-use super::idempotency::Slot;
-use super::state::CampaignState;
 use crate::backend::Backend;
 use crate::domain::{
     parse_order_id, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
@@ -78,34 +78,8 @@ impl Embedded {
     pub async fn open(opts: EmbeddedOptions) -> anyhow::Result<Arc<Self>> {
         let ledger = Arc::new(SqliteLedger::open(&opts.data_dir, opts.synchronous_full).await?);
         let ttl = chrono::Duration::from_std(opts.idempotency_ttl)?;
-        let mut campaigns = HashMap::new();
         let board = StockBoard::new();
-        for stored in ledger.snapshot(Utc::now() - ttl).await? {
-            let state = CampaignState::recover(
-                stored.def.clone(),
-                stored.total,
-                stored.codes,
-                stored.status,
-                &stored.active,
-                stored.max_seq,
-            );
-            let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
-            let cell = Cell::new(state, &board);
-            for user in holders {
-                cell.signal.add_holder(user);
-            }
-            {
-                let mut inner = cell.inner.lock();
-                for r in stored.idem {
-                    inner
-                        .idem
-                        .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
-                }
-                let v = inner.state.view();
-                tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
-            }
-            campaigns.insert(stored.def.id, cell);
-        }
+        let campaigns = recover::load_cells(&*ledger, &board, ttl).await?;
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
         let me = Arc::new(Self {
             campaigns: RwLock::new(campaigns),

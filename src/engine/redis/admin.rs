@@ -12,6 +12,7 @@
 //! - cancel marks the order cancelled in PostgreSQL exactly once (`WHERE state = 'active'`),
 //!   then gives units, codes and allowance back with `release.lua`, at most once per order.
 
+use super::rebuild::Installing;
 use super::scripts::Guarded;
 use super::{redis_failed, Keys, ScaleOut};
 use crate::domain::{
@@ -45,10 +46,16 @@ impl ScaleOut {
         self.ledger
             .create_campaign(&def, total, &codes, now())
             .await?;
-        let state = CampaignState::new(def, total, codes, Status::Active);
+        let state = CampaignState::new(def, total, Vec::new(), Status::Active);
+        let fresh = Installing {
+            def: &state.def,
+            total,
+            remaining: total,
+            status: Status::Active,
+            seq: 0,
+        };
         let installed = self
-            .scripts
-            .install(&mut self.conn(), &state, 0, &[])
+            .install_new(&fresh, &codes)
             .await
             .map_err(redis_failed(
                 "the campaign is saved but Redis did not take it",
@@ -61,46 +68,6 @@ impl ScaleOut {
         }
         tracing::info!(campaign = %state.def.id, kind = state.def.kind.as_str(), total, "campaign created");
         Ok(state.view())
-    }
-
-    /// Rebuilds a campaign missing from Redis from the ledger. Unknown → 404.
-    pub(super) async fn install_from_ledger(&self, id: &str) -> Result<(), Error> {
-        let failed = "rebuilding the campaign from the ledger failed";
-        let stored = self
-            .ledger
-            .stored(id)
-            .await
-            .map_err(ledger_failed(failed))?
-            .ok_or_else(|| Error::campaign_not_found(id))?;
-        let released: Vec<String> = self
-            .ledger
-            .cancelled_orders(id)
-            .await
-            .map_err(ledger_failed(failed))?
-            .into_iter()
-            .map(|o| o.order_id)
-            .collect();
-        let state = CampaignState::recover(
-            stored.def,
-            stored.total,
-            stored.codes,
-            stored.status,
-            &stored.active,
-            stored.max_seq,
-        );
-        let installed = self
-            .scripts
-            .install(&mut self.conn(), &state, stored.max_seq, &released)
-            .await
-            .map_err(redis_failed(failed))?;
-        if installed {
-            tracing::warn!(
-                campaign = id,
-                remaining = state.remaining,
-                "campaign rebuilt in Redis from the ledger"
-            );
-        }
-        Ok(())
     }
 
     /// Brings the gate level with the ledger: installs a missing campaign, applies restocks

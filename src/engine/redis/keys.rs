@@ -42,6 +42,12 @@ impl Keys {
         format!("{}:released", self.tag)
     }
 
+    /// A staging key of one installation of the campaign (`what`: users, codes, released,
+    /// taken), private to it through `token`.
+    pub fn staged(&self, token: &str, what: &str) -> String {
+        format!("{}:stage:{token}:{what}", self.tag)
+    }
+
     /// The stored answer of (user, Idempotency-Key). The user id is length-prefixed, so user
     /// `a:b` with key `c` and user `a` with key `b:c` never share a key.
     pub fn idem(&self, user: &str, key: &str) -> String {

@@ -14,6 +14,7 @@ mod admin;
 mod conn;
 mod keys;
 mod ratelimit;
+mod rebuild;
 mod scripts;
 mod sentinel;
 mod stock;
@@ -27,6 +28,7 @@ use redis::AsyncCommands;
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use ratelimit::RedisLimiter;
+pub use rebuild::{Installing, Stage};
 pub use scripts::Scripts;
 pub use stock::StockKeeper;
 

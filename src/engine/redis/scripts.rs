@@ -9,12 +9,13 @@ use redis::{RedisResult, Script};
 
 use super::conn::RedisConn;
 use super::keys::{Keys, GROUP};
+use super::rebuild::{Installing, Stage};
 use crate::domain::{ClaimAnswer, Outcome};
-use crate::engine::state::CampaignState;
 
 pub struct Scripts {
     claim: Script,
     install: Script,
+    stage_pool: Script,
     restock: Script,
     status: Script,
     release: Script,
@@ -74,6 +75,7 @@ impl Default for Scripts {
         Self {
             claim: Script::new(include_str!("lua/claim.lua")),
             install: Script::new(include_str!("lua/install.lua")),
+            stage_pool: Script::new(include_str!("lua/stage_pool.lua")),
             restock: Script::new(include_str!("lua/restock.lua")),
             status: Script::new(include_str!("lua/status.lua")),
             release: Script::new(include_str!("lua/release.lua")),
@@ -88,6 +90,7 @@ impl Scripts {
         for s in [
             &self.claim,
             &self.install,
+            &self.stage_pool,
             &self.restock,
             &self.status,
             &self.release,
@@ -127,15 +130,15 @@ impl Scripts {
             .ok_or_else(|| anyhow::anyhow!("the claim script answered {encoded:?}"))
     }
 
-    /// Installs `state` unless the campaign is already in Redis; true if installed now.
+    /// Installs the campaign with what `stage` holds unless the campaign is already in Redis
+    /// (then the staged keys are dropped); true if installed now.
     pub async fn install(
         &self,
         conn: &mut RedisConn,
-        state: &CampaignState,
-        seq: u64,
-        released: &[String],
+        c: &Installing<'_>,
+        stage: &Stage,
     ) -> RedisResult<bool> {
-        let def = &state.def;
+        let def = c.def;
         let k = Keys::new(&def.id);
         let micros = |t: Option<chrono::DateTime<chrono::Utc>>| {
             t.map(|t| t.timestamp_micros().to_string())
@@ -147,31 +150,41 @@ impl Scripts {
             .key(k.codes())
             .key(k.seq())
             .key(k.orders())
-            .key(k.released());
+            .key(k.released())
+            .key(&stage.users)
+            .key(&stage.codes)
+            .key(&stage.released)
+            .key(&stage.taken);
         inv.arg(&def.id)
             .arg(def.kind.as_str())
-            .arg(state.total)
-            .arg(state.remaining)
+            .arg(c.total)
+            .arg(c.remaining)
             .arg(def.per_user_limit)
-            .arg(state.status.as_str())
+            .arg(c.status.as_str())
             .arg(micros(def.starts_at))
             .arg(micros(def.ends_at))
-            .arg(seq)
+            .arg(c.seq)
             .arg(GROUP);
-        let holders: Vec<(&String, &u64)> = state.holdings().collect();
-        inv.arg(holders.len());
-        for (user, held) in holders {
-            inv.arg(user).arg(*held);
-        }
-        inv.arg(released.len());
-        for id in released {
-            inv.arg(id);
-        }
-        for code in state.pool() {
-            inv.arg(code);
-        }
         let installed: i64 = inv.invoke_async(conn).await?;
         Ok(installed == 1)
+    }
+
+    /// Appends `codes` to the staged pool, leaving out those staged as held.
+    pub async fn stage_pool(
+        &self,
+        conn: &mut RedisConn,
+        stage: &Stage,
+        codes: &[String],
+    ) -> RedisResult<()> {
+        let mut inv = self.stage_pool.prepare_invoke();
+        inv.key(&stage.codes)
+            .key(&stage.taken)
+            .arg(super::rebuild::STAGE_TTL_SECS);
+        for c in codes {
+            inv.arg(c);
+        }
+        let _len: u64 = inv.invoke_async(conn).await?;
+        Ok(())
     }
 
     /// Adds `units` (and `codes`) if the gate's total is still `before`.

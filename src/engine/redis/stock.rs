@@ -108,9 +108,23 @@ impl StockKeeper {
         };
         let count: usize = conn.hlen(k.users()).await?;
         if holders || count != entry.holder_count() {
-            let users: Vec<String> = conn.hkeys(k.users()).await?;
-            for u in &users {
-                entry.add_holder(u);
+            // HSCAN in pages, not HKEYS: a million holders never sit in memory as strings.
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                    .arg(k.users())
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await?;
+                for (user, _) in &page {
+                    entry.add_holder(user);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
         }
         entry.publish(remaining, status.as_deref() == Some("active"));

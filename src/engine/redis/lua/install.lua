@@ -2,41 +2,37 @@
 -- campaign (after the ledger committed it) and to rebuild one from the ledger when Redis does
 -- not have it (a process died between the two writes, or Redis lost its data).
 --
+-- Holders, pooled codes and released order ids were written beforehand, in chunks, into
+-- staging keys private to this installation (see engine/redis/rebuild.rs): a campaign of a
+-- million buyers never travels in one command. This script moves them into place atomically,
+-- or drops them if the campaign is already there.
+--
 -- KEYS[1] {c:<id>}:meta      hash
 -- KEYS[2] {c:<id>}:users     hash   user -> units held by active orders
 -- KEYS[3] {c:<id>}:codes     list   codes not held by an active order, in hand-out order
 -- KEYS[4] {c:<id>}:seq       string highest order number used
 -- KEYS[5] {c:<id>}:orders    stream (created with its consumer group)
 -- KEYS[6] {c:<id>}:released  set    ids of orders whose units went back (cancel, poison)
+-- KEYS[7..9]  staged users (hash), codes (list), released (set); any may be absent
+-- KEYS[10]    staged codes held by active orders (set), dropped here
 -- ARGV[1] id          ARGV[2] kind ('stock' | 'codes')   ARGV[3] total   ARGV[4] remaining
 -- ARGV[5] limit       ARGV[6] status                      ARGV[7] starts (µs or '')
 -- ARGV[8] ends (µs or '')   ARGV[9] seq   ARGV[10] consumer group name
--- ARGV[11] U = number of users, then U pairs (user, held)
--- then R = number of released order ids, then R ids, then every pooled code.
 -- Returns 1 if installed, 0 if the campaign was already there.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-
-local CHUNK = 1000
-local function push_range(cmd, key, first, last, step)
-  local i = first
-  while i <= last do
-    local j = math.min(last, i + CHUNK * step - 1)
-    redis.call(cmd, key, unpack(ARGV, i, j))
-    i = j + 1
-  end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10])
+  return 0
 end
 
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[6])
-local users = tonumber(ARGV[11])
-local at = 12
-if users > 0 then push_range('HSET', KEYS[2], at, at + 2 * users - 1, 2) end
-at = at + 2 * users
-local released = tonumber(ARGV[at])
-at = at + 1
-if released > 0 then push_range('SADD', KEYS[6], at, at + released - 1, 1) end
-at = at + released
-if at <= #ARGV then push_range('RPUSH', KEYS[3], at, #ARGV, 1) end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[6], KEYS[10])
+for i, final in ipairs({KEYS[2], KEYS[3], KEYS[6]}) do
+  local staged = KEYS[6 + i]
+  if redis.call('EXISTS', staged) == 1 then
+    redis.call('RENAME', staged, final)
+    redis.call('PERSIST', final)
+  end
+end
 
 local seq = tonumber(redis.call('GET', KEYS[4]) or '0')
 if tonumber(ARGV[9]) > seq then redis.call('SET', KEYS[4], ARGV[9]) end
