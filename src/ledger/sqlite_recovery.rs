@@ -3,14 +3,15 @@
 //! within their retention.
 //!
 //! Every query is streamed (never `fetch_all`), so a ledger of ten million orders costs the
-//! memory of the state rebuilt from it, not of its rows. The active orders are read in one
-//! sequential pass over the `orders` table in rowid ranges: cheaper than walking an index per
-//! campaign and then each row, and it needs no index beyond those the claim path already pays
-//! for. sqlx hands every row from its SQLite thread to the async side (about a microsecond a
-//! row, most of a million-order restart), so each range comes back packed into one string per
-//! campaign (`group_concat`, length-prefixed) and is unpacked here: the per-row cost left is
-//! SQLite's own. The highest seq comes from the `(campaign_id, seq)` index, one lookup per
-//! campaign.
+//! memory of the state rebuilt from it, not of its rows. The active orders are read campaign
+//! by campaign in ranges of seq, through the `(campaign_id, seq)` index the claim path already
+//! pays for (no sort, no extra index). sqlx hands every row from its SQLite thread to the async
+//! side, about a microsecond a row — most of a million-order restart — so each range comes
+//! back as one row: its orders joined by `group_concat` with the ASCII record and unit
+//! separators, which the API never lets into a user id, with the count of orders beside it.
+//! A range whose pack does not unpack into exactly that many well-formed orders (a ledger
+//! written by something else) is read again row by row, so the result never depends on what
+//! the ids contain.
 
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
@@ -22,16 +23,18 @@ use super::{IdemRecord, Recovery, StoredCampaign};
 use crate::domain::{Kind, Status};
 use crate::engine::state::CampaignDef;
 
-/// Rows of `orders` (by rowid) packed per query; one pack of a campaign is a few hundred KB.
-const ROWS_PER_PACK: i64 = 8192;
+/// Orders (by seq) per pack; one pack is a few hundred KB.
+const SEQS_PER_PACK: i64 = 8192;
 
-/// The active orders among rowids (?1, ?2], one row per campaign, each order packed as
-/// `<bytes of user>:<user><qty> <bytes of codes>:<codes JSON or nothing>` — length-prefixed, so
-/// no user id or code can be mistaken for a separator.
-const PACKED_ACTIVE: &str = "SELECT campaign_id, group_concat(\
-       length(CAST(user_id AS BLOB)) || ':' || user_id || qty || ' ' \
-       || length(CAST(ifnull(codes, '') AS BLOB)) || ':' || ifnull(codes, ''), '') \
-     FROM orders WHERE rowid > ?1 AND rowid <= ?2 AND state = 'active' GROUP BY campaign_id";
+/// The active orders of campaign ?1 with seq in (?2, ?3]: how many, and each as
+/// `user US qty US codes-JSON-or-nothing`, joined by RS.
+const PACKED_ACTIVE: &str = "SELECT count(*), group_concat(\
+       user_id || char(31) || qty || char(31) || ifnull(codes, ''), char(30)) \
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
+
+/// The same orders one row each, for a range whose pack did not verify.
+const ROWS_ACTIVE: &str = "SELECT user_id, qty, ifnull(codes, '') \
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
 
 pub(super) async fn recover(
     conn: &mut SqliteConnection,
@@ -43,6 +46,7 @@ pub(super) async fn recover(
     )
     .fetch_all(&mut *conn)
     .await?;
+    let mut seqs = Vec::with_capacity(campaigns.len());
     for r in campaigns {
         let id: String = r.get(0);
         let kind: String = r.get(1);
@@ -52,6 +56,7 @@ pub(super) async fn recover(
                 .bind(&id)
                 .fetch_one(&mut *conn)
                 .await?;
+        seqs.push((id.clone(), max_seq.unwrap_or(0)));
         into.campaign(StoredCampaign {
             def: CampaignDef {
                 kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
@@ -73,29 +78,11 @@ pub(super) async fn recover(
             into.code(r.get(0), r.get(1))?;
         }
     }
-    let (first, last): (Option<i64>, Option<i64>) =
-        sqlx::query_as("SELECT MIN(rowid), MAX(rowid) FROM orders")
-            .fetch_one(&mut *conn)
-            .await?;
-    if let (Some(first), Some(last)) = (first, last) {
-        let mut from = first - 1;
-        while from < last {
-            let to = from.saturating_add(ROWS_PER_PACK).min(last);
-            let mut packs = sqlx::query(PACKED_ACTIVE)
-                .bind(from)
-                .bind(to)
-                .fetch(&mut *conn);
-            while let Some(r) = packs.try_next().await? {
-                let campaign: &str = r.get(0);
-                for order in Unpack(r.get::<Option<&str>, _>(1).unwrap_or_default()) {
-                    let (user, qty, codes) = order?;
-                    let codes = match codes {
-                        "" => Vec::new(),
-                        json => rows::parse_codes(Some(json.to_owned()))?.unwrap_or_default(),
-                    };
-                    into.order(campaign, user, qty, &codes)?;
-                }
-            }
+    for (id, max_seq) in &seqs {
+        let mut from = 0;
+        while from < *max_seq {
+            let to = from.saturating_add(SEQS_PER_PACK).min(*max_seq);
+            active_range(conn, id, from, to, into).await?;
             from = to;
         }
     }
@@ -116,64 +103,158 @@ pub(super) async fn recover(
     Ok(())
 }
 
-/// Reads the orders of one [`PACKED_ACTIVE`] pack: (user, qty, codes JSON or "").
-struct Unpack<'a>(&'a str);
-
-impl<'a> Unpack<'a> {
-    /// Text up to `stop` (excluded), and the rest after it.
-    fn until(&mut self, stop: char) -> anyhow::Result<&'a str> {
-        let at = self.0.find(stop).ok_or_else(|| anyhow!("bad order pack"))?;
-        let head = &self.0[..at];
-        self.0 = &self.0[at + 1..];
-        Ok(head)
+/// Hands the active orders of campaign `id` with seq in (`from`, `to`] to `into`.
+async fn active_range(
+    conn: &mut SqliteConnection,
+    id: &str,
+    from: i64,
+    to: i64,
+    into: &mut dyn Recovery,
+) -> anyhow::Result<()> {
+    let r = sqlx::query(PACKED_ACTIVE)
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .fetch_one(&mut *conn)
+        .await?;
+    let count = r.get::<i64, _>(0) as usize;
+    let pack = r.get::<Option<&str>, _>(1).unwrap_or_default();
+    if let Some(orders) = unpack(pack, count) {
+        for (user, qty, codes) in orders {
+            into.order(id, user, qty, &codes_of(codes)?)?;
+        }
+        return Ok(());
     }
-
-    fn sized(&mut self) -> anyhow::Result<&'a str> {
-        let len: usize = self.until(':')?.parse()?;
-        let text = self.0.get(..len).ok_or_else(|| anyhow!("bad order pack"))?;
-        self.0 = &self.0[len..];
-        Ok(text)
+    let mut rows = sqlx::query(ROWS_ACTIVE)
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .fetch(&mut *conn);
+    while let Some(r) = rows.try_next().await? {
+        let codes = codes_of(r.get(2))?;
+        into.order(id, r.get(0), r.get::<i64, _>(1) as u64, &codes)?;
     }
+    Ok(())
+}
 
-    fn order(&mut self) -> anyhow::Result<(&'a str, u64, &'a str)> {
-        let user = self.sized()?;
-        let qty = self.until(' ')?.parse()?;
-        Ok((user, qty, self.sized()?))
+fn codes_of(json: &str) -> anyhow::Result<Vec<String>> {
+    match json {
+        "" => Ok(Vec::new()),
+        json => Ok(rows::parse_codes(Some(json.to_owned()))?.unwrap_or_default()),
     }
 }
 
-impl<'a> Iterator for Unpack<'a> {
-    type Item = anyhow::Result<(&'a str, u64, &'a str)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
+/// The (user, qty, codes JSON or "") of a [`PACKED_ACTIVE`] pack, if it holds exactly `count`
+/// well-formed orders.
+fn unpack(pack: &str, count: usize) -> Option<Vec<(&str, u64, &str)>> {
+    if count == 0 {
+        return pack.is_empty().then(Vec::new);
+    }
+    let mut out = Vec::with_capacity(count);
+    for record in pack.split('\x1e') {
+        let mut fields = record.split('\x1f');
+        let (user, qty, codes) = (fields.next()?, fields.next()?, fields.next()?);
+        if fields.next().is_some() || user.is_empty() {
             return None;
         }
-        let order = self.order();
-        if order.is_err() {
-            self.0 = "";
-        }
-        Some(order)
+        out.push((user, qty.parse().ok()?, codes));
     }
+    (out.len() == count).then_some(out)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Unpack;
+    use chrono::Utc;
+
+    use super::unpack;
+    use crate::domain::{Kind, Order, OrderState, Status};
+    use crate::engine::state::CampaignDef;
+    use crate::ledger::{IdemRecord, Ledger, LedgerWrite, Recovery, SqliteLedger, StoredCampaign};
+
+    #[derive(Default)]
+    struct Rows(Vec<(String, String, u64, Vec<String>)>);
+
+    impl Recovery for Rows {
+        fn campaign(&mut self, _: StoredCampaign) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn code(&mut self, _: &str, _: String) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn order(&mut self, c: &str, u: &str, qty: u64, codes: &[String]) -> anyhow::Result<()> {
+            self.0.push((c.into(), u.into(), qty, codes.to_vec()));
+            Ok(())
+        }
+        fn idem(&mut self, _: IdemRecord) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Ids the API refuses (separators inside) still come back exactly: their range is read
+    /// row by row.
+    #[tokio::test]
+    async fn orders_whose_ids_hold_the_separators_recover_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(dir.path(), false).await.unwrap();
+        let def = CampaignDef {
+            id: "p".into(),
+            kind: Kind::Codes,
+            per_user_limit: 5,
+            starts_at: None,
+            ends_at: None,
+        };
+        let codes: Vec<String> = ["A", "B\x1eC", "D"].map(String::from).to_vec();
+        let users = ["plain", "rs\x1einside", "us\x1finside", "plain"];
+        let mut writes = vec![LedgerWrite::CreateCampaign {
+            def,
+            total: 3,
+            codes: codes.clone(),
+            status: Status::Active,
+            at: Utc::now(),
+        }];
+        for (i, user) in users.iter().enumerate() {
+            writes.push(LedgerWrite::Order(Order {
+                order_id: format!("p-{}", i + 1),
+                campaign_id: "p".into(),
+                user_id: (*user).into(),
+                qty: 1,
+                codes: Some(vec![codes.get(i).cloned().unwrap_or_default()]),
+                state: OrderState::Active,
+                created_at: Utc::now(),
+                cancelled_at: None,
+            }));
+        }
+        ledger
+            .apply(&writes.iter().collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let mut rows = Rows::default();
+        ledger.recover(Utc::now(), &mut rows).await.unwrap();
+        rows.0.sort();
+        let mut want: Vec<_> = users
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let code = codes.get(i).cloned().unwrap_or_default();
+                ("p".to_string(), u.to_string(), 1, vec![code])
+            })
+            .collect();
+        want.sort();
+        assert_eq!(rows.0, want);
+    }
 
     #[test]
-    fn packs_unpack_whatever_the_ids_hold() {
-        let pack = "2:u13 0:6:a:1 2 0 0:3:用1 12:[\"K1\",\"K:2\"]";
-        let got: Vec<_> = Unpack(pack).collect::<anyhow::Result<_>>().unwrap();
+    fn packs_unpack_only_when_they_hold_exactly_the_orders_counted() {
+        let pack = "u1\x1f3\x1f\x1e用\x1f1\x1f[\"K1\",\"K:2\"]";
+        let want = vec![("u1", 3, ""), ("用", 1, "[\"K1\",\"K:2\"]")];
+        assert_eq!(unpack(pack, 2), Some(want));
+        assert_eq!(unpack(pack, 3), None, "an id holding a separator");
         assert_eq!(
-            got,
-            vec![
-                ("u1", 3, ""),
-                ("a:1 2 ", 0, ""),
-                ("用", 1, "[\"K1\",\"K:2\"]")
-            ]
+            unpack("a\x1fb\x1f1\x1f", 1),
+            None,
+            "an id holding a separator"
         );
-        assert!(Unpack("5:u1").next().unwrap().is_err());
-        assert_eq!(Unpack("").count(), 0);
+        assert_eq!(unpack("u1\x1fx\x1f", 1), None);
+        assert_eq!(unpack("", 0), Some(vec![]));
     }
 }
