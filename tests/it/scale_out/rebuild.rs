@@ -108,3 +108,56 @@ async fn redis_data_loss_is_rebuilt_from_the_ledger() {
     assert_ne!(first.codes, again.codes);
     app.stop().await;
 }
+
+/// A campaign larger than one staging chunk (1,000 rows) on every axis — holders, codes held,
+/// pool — comes back exactly: remaining, every holder's allowance, the pool minus held codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_campaign_of_many_chunks_is_rebuilt_exactly() {
+    let app = App::spawn(Deploy::ScaleOut).await;
+    let codes: Vec<String> = (0..2_600).map(|i| format!("C{i}")).collect();
+    app.create(json!({"id": "many", "codes": codes, "per_user_limit": 2}))
+        .await;
+    let mut won = Vec::new();
+    for u in 0..1_100 {
+        let a = app.claim("many", &format!("u{u}"), 2).await;
+        assert_eq!(a.outcome, Outcome::Won);
+        won.push(a);
+    }
+    app.settle().await;
+    for a in won.iter().take(5) {
+        let path = format!("/v1/orders/{}/cancel", a.order_id.as_deref().unwrap());
+        assert_eq!(app.admin(Method::POST, &path, None).await.0, 200);
+    }
+    let client = redis::Client::open(app.redis[0].as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+
+    let view = app.client.campaign("many").await.unwrap();
+    assert_eq!((view.total, view.remaining), (2_600, 2_600 - 2 * 1_095));
+    for u in (5..1_100).step_by(97) {
+        let a = app.claim("many", &format!("u{u}"), 1).await;
+        assert_eq!(a.outcome, Outcome::AlreadyClaimed, "u{u}");
+    }
+    let held: std::collections::HashSet<String> = won[5..]
+        .iter()
+        .flat_map(|a| a.codes.clone().unwrap())
+        .collect();
+    let mut handed = std::collections::HashSet::new();
+    for u in 0..420 {
+        let a = app.claim("many", &format!("new{u}"), 1).await;
+        if u < 410 {
+            assert_eq!(a.outcome, Outcome::Won, "new{u}");
+            let code = a.codes.unwrap().remove(0);
+            assert!(!held.contains(&code), "{code} is held by an active order");
+            assert!(handed.insert(code.clone()), "{code} handed out twice");
+        } else {
+            assert_eq!(a.outcome, Outcome::SoldOut);
+        }
+    }
+    assert_eq!(
+        app.claim("many", "u0", 2).await.outcome,
+        Outcome::SoldOut,
+        "a cancelled buyer's allowance is free again, but nothing is left"
+    );
+    app.stop().await;
+}
