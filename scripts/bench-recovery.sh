@@ -51,19 +51,22 @@ kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$PID/status"; }
 # start DIR LOG: starts the server on DIR and waits until /healthz answers 200; sets PID, URL
 # and SECS (exec to first 200).
 start() {
-    local dir=$1 log=$2 t0 url=
+    local dir=$1 log=$2 t0 url= tries=0
+    rm -f "$log" # never read the previous server's address
     t0=$(now_ns)
     taskset -c "$CPU" "$BIN" serve --data "$dir" --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         >/dev/null 2>"$log" &
     PID=$!
     while :; do
         if [ -z "$url" ]; then
-            url=$(grep -o 'listening on http://[0-9.:]*' "$log" | head -1 | sed 's/listening on //') || true
+            url=$(grep -so 'listening on http://[0-9.:]*' "$log" | head -1 | sed 's/listening on //') || true
         fi
         if [ -n "$url" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/healthz")" = 200 ]; then
             break
         fi
         if ! kill -0 "$PID" 2>/dev/null; then echo "server died:"; cat "$log"; exit 1; fi
+        tries=$((tries + 1))
+        if [ "$tries" -gt 30000 ]; then echo "no answer from $dir after 5 min"; exit 1; fi
         sleep 0.01
     done
     SECS=$(python3 -c "print(f'{($(now_ns) - $t0) / 1e9:.2f}')")
