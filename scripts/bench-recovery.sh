@@ -235,6 +235,7 @@ if built:
     if len(built) > 1:
         (n0, r0), (n1, r1) = built[-2], built[-1]
         lines.append(f"Between {n0:,} and {n1:,} buyers the slope is {(r1 - r0) * 1024 / (n1 - n0):,.0f} bytes per buyer.")
+    lines += ["", "Where the bytes of a buyer go (ids like `u123456`): the campaign's holdings, an 8-byte slot (offset of the id, units held) plus a control byte in a power-of-two table at most 7/8 full (1 M buyers: 2^21 buckets, 19 MB), the id with a length byte in one arena (8 MB), and the stock board's holder set, one 8-byte hash plus a control byte per bucket (2^21 buckets, 19 MB): 46 MB for 1 M buyers. The figure per buyer falls between table doublings (10 M buyers fill 2^24 buckets to 60 %). The server that sold the orders live holds the same structures, so a restart holds no more than it did before the kill."]
 rb = [l.rstrip("\n").split("\t") for l in open(rebuild) if l.strip()]
 if rb:
     lines += [
