@@ -231,3 +231,8 @@ UPTIME_AFTER=$(uptime)
 python3 scripts/bench/report.py "$WORK" "$OUT" \
     "$UPTIME_BEFORE" "$UPTIME_AFTER" "$DURATION" "$CONNS" "$SERVER_CPU" "$GEN_CPU" "$ROUNDS"
 echo "wrote $OUT"
+
+# --- recovery: restart time and memory with a full ledger (its own section of $OUT) ---------------
+if [ "${BENCH_RECOVERY:-1}" = 1 ]; then
+    RECOVERY_SIZES=${RECOVERY_SIZES:-"100000 1000000"} BENCH_OUT=$OUT scripts/bench-recovery.sh
+fi

@@ -6,11 +6,13 @@
 //! pure and synchronous, lets them be tested exhaustively and mirrored line by line in the Redis
 //! Lua script.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 
 use crate::domain::{CampaignView, ClaimAnswer, Kind, Outcome, Status};
+
+pub use self::holdings::Holdings;
 
 /// The immutable part of a campaign.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +59,7 @@ pub struct CampaignState {
     pub total: u64,
     pub remaining: u64,
     pub status: Status,
-    held: HashMap<String, u64>,
+    held: Holdings,
     /// Codes not held by any active order, handed out front first.
     pool: VecDeque<String>,
     /// Every code the campaign ever had, to refuse a restock that repeats one.
@@ -74,7 +76,7 @@ impl CampaignState {
             total,
             remaining: total,
             status,
-            held: HashMap::new(),
+            held: Holdings::default(),
             pool: codes.into(),
             all_codes,
             next_seq: 1,
@@ -82,8 +84,8 @@ impl CampaignState {
     }
 
     /// Rebuilds a campaign from the ledger: its definition, every code it ever had, its
-    /// active orders as (user, qty, codes) and the highest order seq ever used. One pass, so
-    /// a campaign with a million codes and orders recovers in linear time.
+    /// active orders as (user, qty, codes) and the highest order seq ever used. The same as
+    /// feeding each order to a [`Rebuild`].
     pub fn recover(
         def: CampaignDef,
         total: u64,
@@ -92,23 +94,24 @@ impl CampaignState {
         active: &[(String, u64, Vec<String>)],
         max_seq: u64,
     ) -> Self {
-        let mut state = Self::new(def, total, codes, status);
-        let mut taken: HashSet<&str> = HashSet::new();
+        let mut rebuild = Rebuild::new(def, total, status, max_seq);
+        for code in codes {
+            rebuild.code(code);
+        }
         for (user, qty, codes) in active {
-            state.remaining = state.remaining.saturating_sub(*qty);
-            *state.held.entry(user.clone()).or_default() += qty;
-            taken.extend(codes.iter().map(String::as_str));
+            rebuild.order(user, *qty, codes);
         }
-        if !taken.is_empty() {
-            state.pool.retain(|c| !taken.contains(c.as_str()));
-        }
-        state.next_seq = max_seq + 1;
-        state
+        rebuild.finish()
     }
 
     /// Every user holding units, with how many (to install the state in another gate).
-    pub fn holdings(&self) -> impl Iterator<Item = (&String, &u64)> {
+    pub fn holdings(&self) -> impl Iterator<Item = (&str, u64)> {
         self.held.iter()
+    }
+
+    /// Users holding units.
+    pub fn holders(&self) -> usize {
+        self.held.holders()
     }
 
     /// The codes not held by any active order, in hand-out order.
@@ -116,8 +119,13 @@ impl CampaignState {
         self.pool.iter()
     }
 
+    /// The number the next won order gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     pub fn held_by(&self, user: &str) -> u64 {
-        self.held.get(user).copied().unwrap_or(0)
+        self.held.get(user)
     }
 
     /// The atomic step: status → window → allowance → stock → take.
@@ -155,7 +163,7 @@ impl CampaignState {
             });
         }
         self.remaining -= qty;
-        *self.held.entry(user.to_owned()).or_default() += qty;
+        self.held.add(user, qty);
         let codes = match self.def.kind {
             Kind::Stock => Vec::new(),
             Kind::Codes => self.pool.drain(..qty as usize).collect(),
@@ -175,12 +183,7 @@ impl CampaignState {
     /// Gives back the units, codes and allowance of an order (cancel, or a failed commit).
     pub fn release(&mut self, user: &str, qty: u64, codes: &[String]) {
         self.remaining = (self.remaining + qty).min(self.total);
-        if let Some(h) = self.held.get_mut(user) {
-            *h = h.saturating_sub(qty);
-            if *h == 0 {
-                self.held.remove(user);
-            }
-        }
+        self.held.sub(user, qty);
         for code in codes.iter().rev() {
             self.pool.push_front(code.clone());
         }
@@ -213,6 +216,59 @@ impl CampaignState {
             starts_at: self.def.starts_at,
             ends_at: self.def.ends_at,
         }
+    }
+}
+
+/// A campaign rebuilt from the ledger one row at a time, so recovery never holds more than
+/// the final state plus the codes held by active orders: first every code in hand-out order,
+/// then every active order in any order, then [`Rebuild::finish`].
+/// Most holders a [`Rebuild`] makes room for before it has seen them.
+const MAX_RESERVED_HOLDERS: u64 = 1 << 24;
+
+pub struct Rebuild {
+    state: CampaignState,
+    /// Codes held by active orders, to take out of the pool at the end.
+    taken: HashSet<String>,
+}
+
+impl Rebuild {
+    pub fn new(def: CampaignDef, total: u64, status: Status, max_seq: u64) -> Self {
+        let mut state = CampaignState::new(def, total, Vec::new(), status);
+        state.next_seq = max_seq + 1;
+        // At most one holder per order and per unit; what is not used is given back at the end.
+        let expected = max_seq.min(total).min(MAX_RESERVED_HOLDERS);
+        state.held.reserve(expected as usize);
+        Self {
+            state,
+            taken: HashSet::new(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.state.def.id
+    }
+
+    /// The next code the campaign ever had, in hand-out order.
+    pub fn code(&mut self, code: String) {
+        self.state.all_codes.insert(code.clone());
+        self.state.pool.push_back(code);
+    }
+
+    /// One active order.
+    pub fn order(&mut self, user: &str, qty: u64, codes: &[String]) {
+        let s = &mut self.state;
+        s.remaining = s.remaining.saturating_sub(qty);
+        s.held.add(user, qty);
+        self.taken.extend(codes.iter().cloned());
+    }
+
+    pub fn finish(self) -> CampaignState {
+        let Self { mut state, taken } = self;
+        if !taken.is_empty() {
+            state.pool.retain(|c| !taken.contains(c));
+        }
+        state.held.shrink_to_fit();
+        state
     }
 }
 
@@ -276,5 +332,6 @@ mod tests {
     }
 }
 
+mod holdings;
 #[cfg(test)]
 mod props;

@@ -25,7 +25,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +34,27 @@ use parking_lot::RwLock;
 
 /// Top bit of the packed state: the campaign is `active`.
 const SELLING: u64 = 1 << 63;
+
+/// The holder set's keys are already keyed SipHash outputs: hashing them again only costs time
+/// (a million holders are inserted at every restart).
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// What does not change during a campaign's life and the fast path needs.
 #[derive(Debug, Clone)]
@@ -62,7 +83,7 @@ pub struct StockEntry {
     facts: StockFacts,
     /// Hashes of every user who won in this campaign (never shrinks; a stale entry only costs
     /// an engine call).
-    holders: RwLock<HashSet<u64>>,
+    holders: RwLock<HashSet<u64, BuildHasherDefault<Prehashed>>>,
     users: RandomState,
     /// Claims of this campaign now inside the engine (admission gate).
     pub(crate) in_flight: AtomicU64,
@@ -82,6 +103,13 @@ impl StockEntry {
         if !self.holders.read().contains(&h) {
             self.holders.write().insert(h);
         }
+    }
+
+    /// [`Self::add_holder`] for `count` users under one lock (recovery).
+    pub fn add_holders<'a>(&self, users: impl Iterator<Item = &'a str>, count: usize) {
+        let mut holders = self.holders.write();
+        holders.reserve(count);
+        holders.extend(users.map(|u| self.users.hash_one(u)));
     }
 
     /// Users recorded as holders.
@@ -134,7 +162,7 @@ impl StockBoard {
         let entry = Arc::new(StockEntry {
             state: AtomicU64::new(0),
             facts,
-            holders: RwLock::new(HashSet::new()),
+            holders: RwLock::new(HashSet::default()),
             users: self.users.clone(),
             in_flight: AtomicU64::new(0),
             counters: CampaignCounters::default(),

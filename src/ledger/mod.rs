@@ -79,20 +79,35 @@ pub enum LedgerWrite {
     },
 }
 
-/// A campaign as the ledger holds it, with what recovery needs to rebuild the engine state.
+/// A campaign as the ledger holds it: what recovery needs besides its codes and orders.
 #[derive(Debug, Clone)]
 pub struct StoredCampaign {
     pub def: CampaignDef,
     pub total: u64,
     pub status: Status,
-    /// Every code of the campaign, in the order they were added.
-    pub codes: Vec<String>,
-    /// (user, qty, codes) of every active order.
-    pub active: Vec<(String, u64, Vec<String>)>,
     /// Highest order seq ever used (active or cancelled).
     pub max_seq: u64,
-    /// Idempotency answers younger than the retention.
-    pub idem: Vec<IdemRecord>,
+}
+
+/// Receives the ledger's contents at recovery one row at a time, so reading a ledger of ten
+/// million orders never holds more than one row besides what the receiver keeps.
+///
+/// Order of the calls: every campaign; then, per campaign, its codes in hand-out order; then
+/// the active orders (campaigns interleaved); then the idempotency answers.
+pub trait Recovery: Send {
+    fn campaign(&mut self, c: StoredCampaign) -> anyhow::Result<()>;
+    /// The next code of a campaign, in the order they were added.
+    fn code(&mut self, campaign_id: &str, code: String) -> anyhow::Result<()>;
+    /// One active order: (user, qty, codes).
+    fn order(
+        &mut self,
+        campaign_id: &str,
+        user_id: &str,
+        qty: u64,
+        codes: &[String],
+    ) -> anyhow::Result<()>;
+    /// An idempotency answer younger than the retention.
+    fn idem(&mut self, rec: IdemRecord) -> anyhow::Result<()>;
 }
 
 #[async_trait]
@@ -111,8 +126,13 @@ pub trait Ledger: Send + Sync + 'static {
         limit: u32,
     ) -> anyhow::Result<Vec<Order>>;
 
-    /// Everything needed to rebuild the engine state; idempotency answers since `idem_since`.
-    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>>;
+    /// Streams everything needed to rebuild the engine state into `into` (see [`Recovery`]);
+    /// idempotency answers since `idem_since`.
+    async fn recover(
+        &self,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()>;
 
     /// Deletes idempotency answers older than `before`; returns how many.
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64>;

@@ -16,7 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use super::rows::{self, micros, OrderRow};
-use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use super::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign};
 use crate::domain::{CampaignLimits, Order};
 
 /// Rows per multi-row INSERT: 8 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
@@ -273,18 +273,37 @@ impl Ledger for PgLedger {
         rows.into_iter().map(Order::try_from).collect()
     }
 
-    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+    async fn recover(
+        &self,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()> {
         let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM campaigns ORDER BY created_at")
             .fetch_all(&self.pool)
             .await?;
-        let mut out = Vec::with_capacity(ids.len());
+        // Campaign by campaign, each from one snapshot (the gate rebuilds one at a time; this
+        // whole-ledger read serves tools and tests, not the claim path).
         for id in ids {
-            if let Some(mut c) = self.stored(&id).await? {
-                c.idem = self.idem_since(&id, idem_since).await?;
-                out.push(c);
+            let Some((c, _)) = self.stored_snapshot(&id).await? else {
+                continue;
+            };
+            into.campaign(StoredCampaign {
+                def: c.def,
+                total: c.total,
+                status: c.status,
+                max_seq: c.max_seq,
+            })?;
+            for code in c.codes {
+                into.code(&id, code)?;
+            }
+            for (user, qty, codes) in &c.active {
+                into.order(&id, user, *qty, codes)?;
+            }
+            for rec in self.idem_since(&id, idem_since).await? {
+                into.idem(rec)?;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

@@ -18,13 +18,27 @@ use sqlx::Row;
 
 use super::postgres::PgLedger;
 use super::rows::{self, micros};
-use super::{IdemRecord, StoredCampaign};
+use super::IdemRecord;
 use crate::domain::{Kind, Status};
 use crate::engine::state::CampaignDef;
 
+/// One campaign as the gate is rebuilt from it, read from one snapshot.
+#[derive(Debug, Clone)]
+pub struct GateSnapshot {
+    pub def: CampaignDef,
+    pub total: u64,
+    pub status: Status,
+    /// Every code of the campaign, in hand-out order.
+    pub codes: Vec<String>,
+    /// (user, qty, codes) of every active order.
+    pub active: Vec<(String, u64, Vec<String>)>,
+    /// Highest order seq ever used.
+    pub max_seq: u64,
+}
+
 impl PgLedger {
     /// One campaign with everything needed to rebuild its gate state; `None` if unknown.
-    pub async fn stored(&self, id: &str) -> anyhow::Result<Option<StoredCampaign>> {
+    pub async fn stored(&self, id: &str) -> anyhow::Result<Option<GateSnapshot>> {
         Ok(self.stored_snapshot(id).await?.map(|(c, _)| c))
     }
 
@@ -32,7 +46,7 @@ impl PgLedger {
     pub async fn stored_snapshot(
         &self,
         id: &str,
-    ) -> anyhow::Result<Option<(StoredCampaign, Vec<String>)>> {
+    ) -> anyhow::Result<Option<(GateSnapshot, Vec<String>)>> {
         let mut conn = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *conn)
@@ -48,7 +62,7 @@ impl PgLedger {
         };
         let kind: String = r.get(1);
         let status: String = r.get(4);
-        let mut c = StoredCampaign {
+        let mut c = GateSnapshot {
             def: CampaignDef {
                 id: r.get(0),
                 kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
@@ -61,7 +75,6 @@ impl PgLedger {
             codes: Vec::new(),
             active: Vec::new(),
             max_seq: 0,
-            idem: Vec::new(),
         };
         c.codes = sqlx::query_scalar(
             "SELECT code FROM campaign_codes WHERE campaign_id = $1 ORDER BY pos",

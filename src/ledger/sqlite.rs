@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 use super::dir_lock::DirLock;
 use super::rows::{self, micros, OrderRow};
 use super::sqlite_writer::{statement_fault, WriteFault, Writer};
-use super::{IdemRecord, Ledger, LedgerWrite, StoredCampaign};
+use super::{IdemRecord, Ledger, LedgerWrite, Recovery};
 use crate::domain::{CampaignLimits, Order};
 use crate::faults::{self, BatchFault};
 
@@ -345,9 +345,13 @@ impl Ledger for SqliteLedger {
         rows.into_iter().map(Order::try_from).collect()
     }
 
-    async fn snapshot(&self, idem_since: DateTime<Utc>) -> anyhow::Result<Vec<StoredCampaign>> {
+    async fn recover(
+        &self,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_recovery::snapshot(writer.conn().await?, idem_since).await
+        super::sqlite_recovery::recover(writer.conn().await?, idem_since, into).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

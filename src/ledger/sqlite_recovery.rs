@@ -1,36 +1,63 @@
-//! Reading the whole SQLite ledger back in the shape the embedded engine is rebuilt from at
-//! start: campaign definitions, every code, the active orders, the highest order number ever
-//! used and the idempotency answers still within their retention. A handful of whole-table
-//! scans, so recovery stays linear in the ledger's size.
-
-use std::collections::HashMap;
+//! Streaming the SQLite ledger into a [`Recovery`] at start: campaign definitions with their
+//! highest order number, every code, the active orders and the idempotency answers still
+//! within their retention.
+//!
+//! Every query is streamed (never `fetch_all`), so a ledger of ten million orders costs the
+//! memory of the state rebuilt from it, not of its rows. The active orders are read campaign
+//! by campaign in ranges of seq, through the `(campaign_id, seq)` index the claim path already
+//! pays for (no sort, no extra index). sqlx hands every row from its SQLite thread to the async
+//! side, about a microsecond a row — most of a million-order restart — so each range comes
+//! back as one row: its orders joined by `group_concat` with the ASCII record and unit
+//! separators, which the API never lets into a user id, with the count of orders beside it.
+//! A range whose pack does not unpack into exactly that many well-formed orders (a ledger
+//! written by something else) is read again row by row, so the result never depends on what
+//! the ids contain.
 
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use sqlx::{Row, SqliteConnection};
 
 use super::rows::{self, micros};
-use super::{IdemRecord, StoredCampaign};
+use super::{IdemRecord, Recovery, StoredCampaign};
 use crate::domain::{Kind, Status};
 use crate::engine::state::CampaignDef;
 
-pub(super) async fn snapshot(
+/// Orders (by seq) per pack; one pack is a few hundred KB.
+const SEQS_PER_PACK: i64 = 8192;
+
+/// The active orders of campaign ?1 with seq in (?2, ?3]: how many, and each as
+/// `user US qty US codes-JSON-or-nothing`, joined by RS.
+const PACKED_ACTIVE: &str = "SELECT count(*), group_concat(\
+       user_id || char(31) || qty || char(31) || ifnull(codes, ''), char(30)) \
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
+
+/// The same orders one row each, for a range whose pack did not verify.
+const ROWS_ACTIVE: &str = "SELECT user_id, qty, ifnull(codes, '') \
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
+
+pub(super) async fn recover(
     conn: &mut SqliteConnection,
     idem_since: DateTime<Utc>,
-) -> anyhow::Result<Vec<StoredCampaign>> {
-    let mut campaigns = Vec::new();
-    let mut index = HashMap::new();
-    let rows = sqlx::query(
+    into: &mut dyn Recovery,
+) -> anyhow::Result<()> {
+    let campaigns = sqlx::query(
         "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns ORDER BY created_at",
     )
     .fetch_all(&mut *conn)
     .await?;
-    for r in rows {
+    let mut seqs = Vec::with_capacity(campaigns.len());
+    for r in campaigns {
         let id: String = r.get(0);
         let kind: String = r.get(1);
         let status: String = r.get(4);
-        index.insert(id.clone(), campaigns.len());
-        campaigns.push(StoredCampaign {
+        let max_seq: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM orders WHERE campaign_id = ?")
+                .bind(&id)
+                .fetch_one(&mut *conn)
+                .await?;
+        seqs.push((id.clone(), max_seq.unwrap_or(0)));
+        into.campaign(StoredCampaign {
             def: CampaignDef {
                 kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
                 per_user_limit: r.get::<i64, _>(3) as u64,
@@ -40,57 +67,194 @@ pub(super) async fn snapshot(
             },
             total: r.get::<i64, _>(2) as u64,
             status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
-            codes: Vec::new(),
-            active: Vec::new(),
-            max_seq: 0,
-            idem: Vec::new(),
-        });
+            max_seq: max_seq.unwrap_or(0) as u64,
+        })?;
     }
-    let slot = |id: &str| {
-        index
-            .get(id)
-            .copied()
-            .ok_or_else(|| anyhow!("row refers to unknown campaign {id:?}"))
-    };
-    let codes =
-        sqlx::query("SELECT campaign_id, code FROM campaign_codes ORDER BY campaign_id, pos")
-            .fetch_all(&mut *conn)
-            .await?;
-    for r in codes {
-        campaigns[slot(r.get(0))?].codes.push(r.get(1));
+    {
+        let mut codes =
+            sqlx::query("SELECT campaign_id, code FROM campaign_codes ORDER BY campaign_id, pos")
+                .fetch(&mut *conn);
+        while let Some(r) = codes.try_next().await? {
+            into.code(r.get(0), r.get(1))?;
+        }
     }
-    let seqs = sqlx::query("SELECT campaign_id, MAX(seq) FROM orders GROUP BY campaign_id")
-        .fetch_all(&mut *conn)
-        .await?;
-    for r in seqs {
-        campaigns[slot(r.get(0))?].max_seq = r.get::<i64, _>(1) as u64;
+    for (id, max_seq) in &seqs {
+        let mut from = 0;
+        while from < *max_seq {
+            let to = from.saturating_add(SEQS_PER_PACK).min(*max_seq);
+            active_range(conn, id, from, to, into).await?;
+            from = to;
+        }
     }
-    let active =
-        sqlx::query("SELECT campaign_id, user_id, qty, codes FROM orders WHERE state = 'active'")
-            .fetch_all(&mut *conn)
-            .await?;
-    for r in active {
-        let codes = rows::parse_codes(r.get(3))?.unwrap_or_default();
-        campaigns[slot(r.get(0))?]
-            .active
-            .push((r.get(1), r.get::<i64, _>(2) as u64, codes));
-    }
-    let idem = sqlx::query(
+    let mut idem = sqlx::query(
         "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency WHERE created_at >= ?",
     )
     .bind(micros(idem_since))
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in idem {
-        let campaign_id: String = r.get(0);
-        let at = slot(&campaign_id)?;
-        campaigns[at].idem.push(IdemRecord {
-            campaign_id,
+    .fetch(&mut *conn);
+    while let Some(r) = idem.try_next().await? {
+        into.idem(IdemRecord {
+            campaign_id: r.get(0),
             user_id: r.get(1),
             key: r.get(2),
             answer: rows::parse_answer(r.get(3))?,
             created_at: rows::time(r.get(4))?,
-        });
+        })?;
     }
-    Ok(campaigns)
+    Ok(())
+}
+
+/// Hands the active orders of campaign `id` with seq in (`from`, `to`] to `into`.
+async fn active_range(
+    conn: &mut SqliteConnection,
+    id: &str,
+    from: i64,
+    to: i64,
+    into: &mut dyn Recovery,
+) -> anyhow::Result<()> {
+    let r = sqlx::query(PACKED_ACTIVE)
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .fetch_one(&mut *conn)
+        .await?;
+    let count = r.get::<i64, _>(0) as usize;
+    let pack = r.get::<Option<&str>, _>(1).unwrap_or_default();
+    if let Some(orders) = unpack(pack, count) {
+        for (user, qty, codes) in orders {
+            into.order(id, user, qty, &codes_of(codes)?)?;
+        }
+        return Ok(());
+    }
+    let mut rows = sqlx::query(ROWS_ACTIVE)
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .fetch(&mut *conn);
+    while let Some(r) = rows.try_next().await? {
+        let codes = codes_of(r.get(2))?;
+        into.order(id, r.get(0), r.get::<i64, _>(1) as u64, &codes)?;
+    }
+    Ok(())
+}
+
+fn codes_of(json: &str) -> anyhow::Result<Vec<String>> {
+    match json {
+        "" => Ok(Vec::new()),
+        json => Ok(rows::parse_codes(Some(json.to_owned()))?.unwrap_or_default()),
+    }
+}
+
+/// The (user, qty, codes JSON or "") of a [`PACKED_ACTIVE`] pack, if it holds exactly `count`
+/// well-formed orders.
+fn unpack(pack: &str, count: usize) -> Option<Vec<(&str, u64, &str)>> {
+    if count == 0 {
+        return pack.is_empty().then(Vec::new);
+    }
+    let mut out = Vec::with_capacity(count);
+    for record in pack.split('\x1e') {
+        let mut fields = record.split('\x1f');
+        let (user, qty, codes) = (fields.next()?, fields.next()?, fields.next()?);
+        if fields.next().is_some() || user.is_empty() {
+            return None;
+        }
+        out.push((user, qty.parse().ok()?, codes));
+    }
+    (out.len() == count).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::unpack;
+    use crate::domain::{Kind, Order, OrderState, Status};
+    use crate::engine::state::CampaignDef;
+    use crate::ledger::{IdemRecord, Ledger, LedgerWrite, Recovery, SqliteLedger, StoredCampaign};
+
+    #[derive(Default)]
+    struct Rows(Vec<(String, String, u64, Vec<String>)>);
+
+    impl Recovery for Rows {
+        fn campaign(&mut self, _: StoredCampaign) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn code(&mut self, _: &str, _: String) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn order(&mut self, c: &str, u: &str, qty: u64, codes: &[String]) -> anyhow::Result<()> {
+            self.0.push((c.into(), u.into(), qty, codes.to_vec()));
+            Ok(())
+        }
+        fn idem(&mut self, _: IdemRecord) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Ids the API refuses (separators inside) still come back exactly: their range is read
+    /// row by row.
+    #[tokio::test]
+    async fn orders_whose_ids_hold_the_separators_recover_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = SqliteLedger::open(dir.path(), false).await.unwrap();
+        let def = CampaignDef {
+            id: "p".into(),
+            kind: Kind::Codes,
+            per_user_limit: 5,
+            starts_at: None,
+            ends_at: None,
+        };
+        let codes: Vec<String> = ["A", "B\x1eC", "D"].map(String::from).to_vec();
+        let users = ["plain", "rs\x1einside", "us\x1finside", "plain"];
+        let mut writes = vec![LedgerWrite::CreateCampaign {
+            def,
+            total: 3,
+            codes: codes.clone(),
+            status: Status::Active,
+            at: Utc::now(),
+        }];
+        for (i, user) in users.iter().enumerate() {
+            writes.push(LedgerWrite::Order(Order {
+                order_id: format!("p-{}", i + 1),
+                campaign_id: "p".into(),
+                user_id: (*user).into(),
+                qty: 1,
+                codes: Some(vec![codes.get(i).cloned().unwrap_or_default()]),
+                state: OrderState::Active,
+                created_at: Utc::now(),
+                cancelled_at: None,
+            }));
+        }
+        ledger
+            .apply(&writes.iter().collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let mut rows = Rows::default();
+        ledger.recover(Utc::now(), &mut rows).await.unwrap();
+        rows.0.sort();
+        let mut want: Vec<_> = users
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let code = codes.get(i).cloned().unwrap_or_default();
+                ("p".to_string(), u.to_string(), 1, vec![code])
+            })
+            .collect();
+        want.sort();
+        assert_eq!(rows.0, want);
+    }
+
+    #[test]
+    fn packs_unpack_only_when_they_hold_exactly_the_orders_counted() {
+        let pack = "u1\x1f3\x1f\x1e用\x1f1\x1f[\"K1\",\"K:2\"]";
+        let want = vec![("u1", 3, ""), ("用", 1, "[\"K1\",\"K:2\"]")];
+        assert_eq!(unpack(pack, 2), Some(want));
+        assert_eq!(unpack(pack, 3), None, "an id holding a separator");
+        assert_eq!(
+            unpack("a\x1fb\x1f1\x1f", 1),
+            None,
+            "an id holding a separator"
+        );
+        assert_eq!(unpack("u1\x1fx\x1f", 1), None);
+        assert_eq!(unpack("", 0), Some(vec![]));
+    }
 }

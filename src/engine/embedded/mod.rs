@@ -1,7 +1,7 @@
 //! The embedded deployment: per-campaign state in process, SQLite ledger, group commit.
 //!
 //! Each campaign has its own `parking_lot` mutex; a claim locks only its campaign, runs the
-//! atomic step of [`CampaignState::decide`], and — still under the lock, so ledger order equals
+//! atomic step of [`CampaignState::decide`](crate::engine::state::CampaignState::decide), and — still under the lock, so ledger order equals
 //! decision order — submits the order to the group commit. The lock is released before any
 //! waiting. The answer is sent only after the commit; if it fails, the commit callback gives the
 //! units back and the client gets 503. Admin operations additionally take a per-campaign async
@@ -12,11 +12,13 @@
 //! under the same lock, before the operation answers (see `guard::soldout`).
 //!
 //! The module is split by concept: `cell` (one campaign's locked state), `claim` (the claim
-//! path) and `admin` (create, restock, status, cancel, limits).
+//! path), `admin` (create, restock, status, cancel, limits) and `recover` (every cell rebuilt
+//! from the ledger at start).
 
 mod admin;
 mod cell;
 mod claim;
+mod recover;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,8 +30,7 @@ use chrono::Utc;
 use parking_lot::RwLock;
 
 use self::cell::Cell;
-use super::idempotency::{IdemLimits, Slot};
-use super::state::CampaignState;
+use super::idempotency::IdemLimits;
 use crate::backend::Backend;
 use crate::domain::{
     parse_order_id, AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error,
@@ -86,7 +87,8 @@ impl Embedded {
         let board = StockBoard::new();
         let idem_limits = opts.idempotency_limits;
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
-        let campaigns = load_cells(&ledger, &board, ttl, idem_limits, commit.epoch()).await?;
+        let campaigns =
+            recover::load_cells(&*ledger, &board, ttl, idem_limits, commit.epoch()).await?;
         let me = Arc::new_cyclic(|me| Self {
             campaigns: RwLock::new(campaigns),
             board,
@@ -112,8 +114,8 @@ impl Embedded {
         let started = std::time::Instant::now();
         let _no_creates = self.create.lock().await;
         self.ledger.reopen_writer().await;
-        let cells = load_cells(
-            &self.ledger,
+        let cells = recover::load_cells(
+            &*self.ledger,
             &self.board,
             self.idempotency_ttl,
             self.idem_limits,
@@ -167,51 +169,6 @@ impl Embedded {
             Err(e) => tracing::warn!(error = %e, "pruning admin idempotency keys failed"),
         }
     }
-}
-
-/// Builds every campaign's cell from the ledger, at the group commit's `epoch`.
-async fn load_cells(
-    ledger: &SqliteLedger,
-    board: &StockBoard,
-    idempotency_ttl: chrono::Duration,
-    idem_limits: IdemLimits,
-    epoch: u64,
-) -> anyhow::Result<HashMap<String, Arc<Cell>>> {
-    let mut campaigns = HashMap::new();
-    let started = Utc::now();
-    for stored in ledger.snapshot(started - idempotency_ttl).await? {
-        let state = CampaignState::recover(
-            stored.def.clone(),
-            stored.total,
-            stored.codes,
-            stored.status,
-            &stored.active,
-            stored.max_seq,
-        );
-        let holders: Vec<&String> = stored.active.iter().map(|(u, _, _)| u).collect();
-        let cell = Cell::new(state, board, epoch, idem_limits);
-        for user in holders {
-            cell.signal.add_holder(user);
-        }
-        {
-            let mut inner = cell.inner.lock();
-            for r in stored.idem {
-                let keep =
-                    inner
-                        .idem
-                        .keeps(&r.answer, r.created_at, started - idempotency_ttl, started);
-                if keep {
-                    inner
-                        .idem
-                        .insert(r.user_id, r.key, Slot::Done(r.answer, r.created_at));
-                }
-            }
-            let v = inner.state.view();
-            tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
-        }
-        campaigns.insert(stored.def.id, cell);
-    }
-    Ok(campaigns)
 }
 
 /// Waits for the writer to ask for an in-process recovery and performs it, retrying every

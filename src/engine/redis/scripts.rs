@@ -164,10 +164,10 @@ impl Scripts {
             .arg(micros(def.ends_at))
             .arg(seq)
             .arg(GROUP);
-        let holders: Vec<(&String, &u64)> = state.holdings().collect();
+        let holders: Vec<(&str, u64)> = state.holdings().collect();
         inv.arg(holders.len());
         for (user, held) in holders {
-            inv.arg(user).arg(*held);
+            inv.arg(user).arg(held);
         }
         inv.arg(released.len());
         for id in released {
