@@ -142,14 +142,15 @@ pub async fn converge(app: &App, ids: &[String]) -> BTreeMap<String, View> {
             if n >= 3 {
                 return engine;
             }
+            assert!(Instant::now() < deadline, "the views never held still");
             agreed = Some((engine, n));
         } else {
+            assert!(
+                Instant::now() < deadline,
+                "the engine and the ledger disagree:\nengine {engine:#?}\nledger {ledger:#?}"
+            );
             agreed = None;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the engine and the ledger disagree:\nengine {engine:#?}\nledger {ledger:#?}"
-        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
