@@ -15,6 +15,7 @@ mod rows;
 mod sqlite;
 mod sqlite_recovery;
 mod sqlite_writer;
+mod sqlite_writes;
 
 pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};

@@ -18,18 +18,15 @@ use anyhow::Context;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
 use super::dir_lock::DirLock;
-use super::rows::{self, micros, OrderRow};
+use super::rows::{micros, OrderRow};
 use super::sqlite_writer::{statement_fault, WriteFault, Writer};
-use super::{IdemRecord, Ledger, LedgerWrite, Recovery};
+use super::{Ledger, LedgerWrite, Recovery};
 use crate::domain::{CampaignLimits, Order};
 use crate::faults::{self, BatchFault};
-
-/// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
-const ROWS_PER_INSERT: usize = 1000;
 
 pub struct SqliteLedger {
     writer: Mutex<Writer>,
@@ -100,189 +97,6 @@ impl SqliteLedger {
     }
 }
 
-async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
-    for chunk in orders.chunks(ROWS_PER_INSERT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
-        );
-        qb.push_values(chunk, |mut b, o| {
-            b.push_bind(&o.order_id)
-                .push_bind(&o.campaign_id)
-                .push_bind(o.seq() as i64)
-                .push_bind(&o.user_id)
-                .push_bind(o.qty as i64)
-                .push_bind(rows::codes_json(&o.codes))
-                .push_bind(o.state.as_str())
-                .push_bind(micros(o.created_at));
-        });
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-async fn insert_idem(conn: &mut SqliteConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
-    for chunk in recs.chunks(ROWS_PER_INSERT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at) ",
-        );
-        qb.push_values(chunk, |mut b, r| {
-            b.push_bind(&r.campaign_id)
-                .push_bind(&r.user_id)
-                .push_bind(&r.key)
-                .push_bind(rows::answer_json(&r.answer))
-                .push_bind(micros(r.created_at));
-        });
-        qb.push(" ON CONFLICT DO NOTHING");
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-async fn insert_codes(
-    conn: &mut SqliteConnection,
-    campaign_id: &str,
-    first_pos: i64,
-    codes: &[String],
-) -> anyhow::Result<()> {
-    for (n, chunk) in codes.chunks(ROWS_PER_INSERT * 2).enumerate() {
-        let base = first_pos + (n * ROWS_PER_INSERT * 2) as i64;
-        let mut qb =
-            QueryBuilder::<Sqlite>::new("INSERT INTO campaign_codes (campaign_id, code, pos) ");
-        qb.push_values(chunk.iter().enumerate(), |mut b, (i, code)| {
-            b.push_bind(campaign_id)
-                .push_bind(code)
-                .push_bind(base + i as i64);
-        });
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-async fn event(
-    conn: &mut SqliteConnection,
-    campaign_id: &str,
-    kind: &str,
-    detail: String,
-    at: DateTime<Utc>,
-) -> anyhow::Result<()> {
-    sqlx::query("INSERT INTO events (campaign_id, kind, detail, at) VALUES (?, ?, ?, ?)")
-        .bind(campaign_id)
-        .bind(kind)
-        .bind(detail)
-        .bind(micros(at))
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::Result<()> {
-    match write {
-        LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
-        LedgerWrite::CreateCampaign {
-            def,
-            total,
-            codes,
-            status,
-            at,
-        } => {
-            sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&def.id)
-            .bind(def.kind.as_str())
-            .bind(*total as i64)
-            .bind(def.per_user_limit as i64)
-            .bind(status.as_str())
-            .bind(def.starts_at.map(micros))
-            .bind(def.ends_at.map(micros))
-            .bind(micros(*at))
-            .execute(&mut *conn)
-            .await?;
-            insert_codes(conn, &def.id, 0, codes).await?;
-            event(conn, &def.id, "create", format!("total={total}"), *at).await
-        }
-        LedgerWrite::Restock {
-            campaign_id,
-            units,
-            codes,
-            at,
-        } => {
-            let before: i64 = sqlx::query_scalar("SELECT total FROM campaigns WHERE id = ?")
-                .bind(campaign_id)
-                .fetch_one(&mut *conn)
-                .await?;
-            sqlx::query("UPDATE campaigns SET total = total + ? WHERE id = ?")
-                .bind(*units as i64)
-                .bind(campaign_id)
-                .execute(&mut *conn)
-                .await?;
-            insert_codes(conn, campaign_id, before, codes).await?;
-            event(conn, campaign_id, "restock", format!("units={units}"), *at).await
-        }
-        LedgerWrite::Status {
-            campaign_id,
-            status,
-            at,
-        } => {
-            sqlx::query("UPDATE campaigns SET status = ? WHERE id = ?")
-                .bind(status.as_str())
-                .bind(campaign_id)
-                .execute(&mut *conn)
-                .await?;
-            event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await
-        }
-        LedgerWrite::Cancel { order_id, at } => {
-            let done = sqlx::query(
-                "UPDATE orders SET state = 'cancelled', cancelled_at = ? WHERE order_id = ? AND state = 'active' \
-                 RETURNING campaign_id",
-            )
-            .bind(micros(*at))
-            .bind(order_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some(row) = done {
-                let campaign_id: String = row.get(0);
-                event(conn, &campaign_id, "cancel", order_id.clone(), *at).await?;
-            }
-            Ok(())
-        }
-        LedgerWrite::AdminKey { key, at } => super::admin_keys::insert_sqlite(conn, key, *at).await,
-        LedgerWrite::Limits {
-            campaign_id,
-            limits,
-            at,
-        } => {
-            let json = serde_json::to_string(limits)?;
-            sqlx::query(
-                "INSERT INTO campaign_limits (campaign_id, limits, updated_at) VALUES (?, ?, ?) \
-                 ON CONFLICT (campaign_id) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at",
-            )
-            .bind(campaign_id)
-            .bind(&json)
-            .bind(micros(*at))
-            .execute(&mut *conn)
-            .await?;
-            event(conn, campaign_id, "limits", json, *at).await
-        }
-    }
-}
-
-/// Every write of one batch, inside the writer's open transaction.
-async fn write_batch(conn: &mut SqliteConnection, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
-    let mut orders = Vec::new();
-    let mut idem = Vec::new();
-    for w in writes {
-        match w {
-            LedgerWrite::Order(o) => orders.push(o),
-            LedgerWrite::Idem(r) => idem.push(r),
-            other => apply_one(conn, other).await?,
-        }
-    }
-    insert_orders(conn, &orders).await?;
-    insert_idem(conn, &idem).await
-}
-
 #[async_trait]
 impl Ledger for SqliteLedger {
     /// Errors are [`WriteFault`]s: the group commit tells "nothing written" from "unknown".
@@ -300,7 +114,7 @@ impl Ledger for SqliteLedger {
         }
         let mut writer = self.writer.lock().await;
         let conn = writer.begin().await?;
-        if let Err(e) = write_batch(conn, writes).await {
+        if let Err(e) = super::sqlite_writes::write_batch(conn, writes).await {
             let fault = statement_fault(&e);
             writer.roll_back().await;
             return Err(fault.into());
