@@ -146,7 +146,7 @@ async fn a_full_disk_fails_claims_honestly_and_loses_no_acknowledged_win() {
     )
     .await;
     eprintln!(
-        "disk full after {:?} of filling; selling again {:?} after the space returned",
+        "the disk was full for {:?}; selling again {:?} after the space returned",
         filled.elapsed() - freed.elapsed(),
         freed.elapsed()
     );
@@ -178,4 +178,43 @@ async fn a_full_disk_fails_claims_honestly_and_loses_no_acknowledged_win() {
     let again = Proc::spawn(&args, &env);
     let after = verify(&again.client(), "full", &seen).await;
     assert_eq!(after, orders, "the restart reads back the same orders");
+
+    // The same fault under `seckill bench`, whose verifier must pass.
+    let url = again.url.clone();
+    let bench = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args([
+                "bench",
+                "--url",
+                &url,
+                "--scenario",
+                "hot",
+                "-z",
+                "4s",
+                "-c",
+                "8",
+            ])
+            .args(["--json", "--threads", "1", "--drain-interval", "50ms"])
+            .env("SECKILL_ADMIN_TOKEN", crate::helpers::TOKEN)
+            .output()
+            .expect("seckill bench runs")
+    });
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    filler.fill();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    filler.free();
+    let out = bench.await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("bench JSON: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        out.status.success(),
+        "the bench's verifier passes: {}",
+        report["verification"]
+    );
+    let refused = report["non_2xx"]["503"].as_u64().unwrap_or(0);
+    eprintln!(
+        "disk full under seckill bench: {} won, {refused} answered 503, violations {}",
+        report["outcomes"]["won"], report["verification"]["violations"]
+    );
+    assert!(refused > 0, "the bench met the full disk");
 }
