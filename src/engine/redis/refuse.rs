@@ -35,7 +35,7 @@ pub fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> 
             );
         }
         tracing::error!(error = %format!("{e:#}"), campaign, "claim script failed");
-        Error::Unavailable(
+        Error::OutcomeUnknown(
             "the claim could not be completed by Redis; it may or may not have been \
              processed: retry with the same Idempotency-Key to learn its outcome"
                 .into(),
