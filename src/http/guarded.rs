@@ -86,6 +86,7 @@ pub async fn claim(
     req: Request,
 ) -> Result<Json<ClaimAnswer>, ApiError> {
     let g = &app.guards;
+    let reached = req.extensions().get::<ReachedEngine>().cloned();
     g.limit_ip(&id, ip).await.map_err(rate_limited)?;
     let token = req
         .headers()
@@ -118,8 +119,16 @@ pub async fn claim(
     let _place = g.admit(&id).map_err(|_| {
         ApiError::overloaded("too many claims of this campaign are being decided; retry shortly")
     })?;
+    if let Some(reached) = &reached {
+        reached.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(Json(app.backend.claim(&id, body, key).await?))
 }
+
+/// Set by the claim handler when the claim is handed to the engine: from then on a request
+/// timeout can no longer say the claim was refused before processing.
+#[derive(Clone, Default)]
+pub struct ReachedEngine(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 /// Global bound on public requests in flight, and the request timeout (`crate::guard::shed`).
 pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Response {
@@ -129,13 +138,26 @@ pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Resp
         g.metrics.shed.fetch_add(1, Relaxed);
         return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
     };
+    let reached = ReachedEngine::default();
+    let mut req = req;
+    req.extensions_mut().insert(reached.clone());
     match tokio::time::timeout(g.shed.timeout, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {
             g.metrics.timeouts.fetch_add(1, Relaxed);
+            let limit = g.shed.timeout.max(Duration::from_millis(1));
+            if reached.0.load(Relaxed) {
+                // The engine may have decided it (claims are cancel-safe: the decision stands
+                // and its Idempotency-Key replays it), so "refused before processing" would lie.
+                let e = crate::domain::Error::OutcomeUnknown(format!(
+                    "no answer within {limit:?} after the claim reached the engine; it may or \
+                     may not have been processed: retry with the same Idempotency-Key to learn \
+                     its outcome"
+                ));
+                return ApiError::from(e).into_response();
+            }
             ApiError::overloaded(format!(
-                "no answer within {:?}; a claim that reached the engine keeps its outcome under its Idempotency-Key",
-                g.shed.timeout.max(Duration::from_millis(1))
+                "no answer within {limit:?}; the claim was not processed, retry later"
             ))
             .into_response()
         }

@@ -166,6 +166,53 @@ async fn admission_gate_refuses_beyond_k_times_remaining() {
     server.stop().await.unwrap();
 }
 
+/// A claim still inside the engine when the request timeout fires is not "refused before
+/// processing": it answers 503 with `"outcome": "unknown"`, and its Idempotency-Key replays the
+/// decision the engine made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timeout_after_the_engine_took_the_claim_says_the_outcome_is_unknown() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
+    cfg.guard.request_timeout_ms = 500;
+    let server = seckill::cli::start(cfg).await.unwrap();
+    let client = seckill::client::Client::new(&server.url(), crate::helpers::TOKEN);
+    client
+        .create_campaign(&json!({"id": "late", "stock": 8}))
+        .await
+        .unwrap();
+    let db = format!("sqlite://{}", dir.path().join("seckill.db").display());
+    let mut blocker = sqlx::SqliteConnection::connect(&db).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let reply = client
+        .claim("late", "slow", 1, Some("k-slow"))
+        .await
+        .unwrap();
+    assert!(reply.outcome_unknown(), "{reply:?}");
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let mut replay = None;
+    for _ in 0..100 {
+        match client
+            .claim("late", "slow", 1, Some("k-slow"))
+            .await
+            .unwrap()
+        {
+            ClaimReply::Processed(a) => {
+                replay = Some(a);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let replay = replay.expect("the key's decision is replayed once committed");
+    assert_eq!(replay.outcome, Outcome::Won);
+    assert_eq!(client.campaign("late").await.unwrap().remaining, 7);
+    server.stop().await.unwrap();
+}
+
 /// 3,000 users, 1,000 at a time, on 50 units, with a small in-flight bound and the admission
 /// gate: refusals are fast 503s that clients retry; exactly 50 win; /healthz answers all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
