@@ -14,10 +14,13 @@
 //! requests refused at once while Redis is down, back within about 250 ms of it answering);
 //! the background tasks run under a [`Supervisor`] (restarted when they die, `/healthz` 503
 //! meanwhile); Redis's eviction policy and persistence are checked (`settings.rs`); and a
-//! failed claim says whether anything may have changed (`refuse.rs`).
+//! failed claim says whether anything may have changed (`refuse.rs`). A Redis that came back
+//! behind the ledger (older snapshot, lagging replica) is checked and rebuilt before any claim
+//! is served from it (`fresh.rs`).
 
 mod admin;
 mod conn;
+mod fresh;
 mod keys;
 mod link;
 mod ratelimit;
@@ -74,6 +77,8 @@ pub struct ScaleOutOptions {
 
 pub struct ScaleOut {
     redis: RedisConn,
+    /// The same connection for claims: sent only once Redis was checked (`fresh.rs`).
+    claims: RedisConn,
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
@@ -122,6 +127,7 @@ impl ScaleOut {
             settings::recheck_loop(conn.clone(), watch.clone())
         });
         let me = Arc::new_cyclic(|me| Self {
+            claims: redis.gated(),
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
@@ -139,6 +145,13 @@ impl ScaleOut {
                 anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
             })?;
         }
+        let seen = me.check_and_open().await?;
+        let weak = Arc::downgrade(&me);
+        // A restarted checker checks again from scratch.
+        let seen = parking_lot::Mutex::new(seen);
+        supervisor.spawn(fresh::TASK, move |_| {
+            fresh::watch_loop(weak.clone(), seen.lock().take())
+        });
         if opts.run_worker {
             pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
         }
@@ -331,7 +344,7 @@ impl Backend for ScaleOut {
         let key = key.as_ref().map(IdempotencyKey::as_str);
         self.dependencies_up()?;
         for attempt in 0..2 {
-            let mut conn = self.conn();
+            let mut conn = self.claims.clone();
             let script = self.scripts.claim(
                 &mut conn,
                 id,

@@ -21,6 +21,7 @@ mod rebuild_race;
 mod redis_outage;
 mod redis_settings;
 mod sentinel;
+mod stale_snapshot;
 mod supervised;
 mod two_instances;
 mod worker_crash;
