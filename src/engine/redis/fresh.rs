@@ -20,6 +20,7 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::StreamExt;
 use redis::Script;
 
 use super::conn::RedisConn;
@@ -31,6 +32,9 @@ pub const TASK: &str = "redis-freshness";
 
 /// How often the `run_id` of a connected Redis is re-read.
 pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// Campaigns rebuilt concurrently by one check.
+const REBUILDS_AT_ONCE: usize = 16;
 
 /// What one check found.
 #[derive(Debug, Clone, Copy, Default)]
@@ -67,33 +71,46 @@ impl ScaleOut {
         } else {
             pipe.query_async(&mut conn).await?
         };
+        let behind: Vec<(String, u64, u64)> = high
+            .iter()
+            .zip(seqs)
+            .filter(|((_, ledger_seq), seq)| seq.unwrap_or(0) < *ledger_seq)
+            .map(|((id, ledger_seq), seq)| (id.clone(), *ledger_seq, seq.unwrap_or(0)))
+            .collect();
         let drop = Script::new(include_str!("lua/drop_stale.lua"));
-        let mut rebuilt = 0;
-        for ((id, ledger_seq), seq) in high.iter().zip(seqs) {
-            if seq.unwrap_or(0) >= *ledger_seq {
-                continue;
-            }
-            let k = Keys::new(id);
-            let dropped: i64 = drop
-                .key(k.meta())
-                .key(k.seq())
-                .arg(*ledger_seq)
-                .invoke_async(&mut conn)
-                .await?;
-            if dropped == 1 {
-                tracing::error!(
-                    campaign = %id,
-                    redis_seq = seq.unwrap_or(0),
-                    ledger_seq,
-                    "Redis is behind the ledger (restored from an older snapshot, or a lagging \
-                     replica took over): rebuilding the campaign from the ledger before serving it"
-                );
-                rebuilt += 1;
-            }
-            self.reconcile(id)
-                .await
-                .map_err(|e| anyhow::anyhow!("rebuilding campaign {id}: {e}"))?;
-        }
+        // Several at once: claims wait for all of them.
+        let rebuilt = futures::stream::iter(behind)
+            .map(|(id, ledger_seq, seq)| {
+                let (drop, mut conn) = (&drop, self.conn());
+                async move {
+                    let k = Keys::new(&id);
+                    let dropped: i64 = drop
+                        .key(k.meta())
+                        .key(k.seq())
+                        .arg(ledger_seq)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    if dropped == 1 {
+                        tracing::error!(
+                            campaign = %id,
+                            redis_seq = seq,
+                            ledger_seq,
+                            "Redis is behind the ledger (restored from an older snapshot, or a \
+                             lagging replica took over): rebuilding the campaign from the ledger \
+                             before serving it"
+                        );
+                    }
+                    self.reconcile(&id)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("rebuilding campaign {id}: {e}"))?;
+                    anyhow::Ok(usize::from(dropped == 1))
+                }
+            })
+            .buffer_unordered(REBUILDS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .sum::<anyhow::Result<usize>>()?;
         Ok(Checked {
             campaigns: high.len(),
             rebuilt,

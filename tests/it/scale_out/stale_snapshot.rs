@@ -218,3 +218,100 @@ async fn redis_restored_from_an_older_snapshot_never_reissues_an_order_id() {
         restore_snapshot_taken_k_claims_earlier(k).await;
     }
 }
+
+/// The number in a `took_ms=…` field of the last log line containing `what`.
+fn took_ms(log: &str, what: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains(what))?;
+    let at = line.find("took_ms=")? + "took_ms=".len();
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// 1,000 live campaigns, each one order behind after the restore: every one is rebuilt before
+/// a claim is served from it. Prints how long the check took with every campaign behind, and
+/// with every campaign level (a fresh instance's start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_campaigns_behind_are_all_rebuilt_before_serving() {
+    use futures::StreamExt;
+    const CAMPAIGNS: usize = 1000;
+    let mut redis = RedisServer::start(&["--appendonly", "no"]);
+    let db = pg().fresh_db().await;
+    let urls = vec![redis.url()];
+    let a = Seckill::serve(&urls, &db, &[]);
+    let client = a.client();
+    let ids: Vec<String> = (0..CAMPAIGNS).map(|i| format!("c{i}")).collect();
+    let each = |user: &'static str| {
+        let client = client.clone();
+        futures::stream::iter(ids.clone())
+            .map(move |id| {
+                let client = client.clone();
+                async move {
+                    if user == "a" {
+                        let spec = json!({"id": id, "stock": 10, "per_user_limit": 1});
+                        client.create_campaign(&spec).await.unwrap();
+                    }
+                    match client.claim(&id, user, 1, None).await.unwrap() {
+                        ClaimReply::Processed(a) if a.outcome == Outcome::Won => (id, a),
+                        other => panic!("{id} {user}: {other:?}"),
+                    }
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+    };
+    each("a").await;
+    settle_url(&client).await;
+    assert!(redis_raw(redis.port, "SAVE").unwrap().starts_with("+OK"));
+    let snapshot = tempfile::NamedTempFile::new().unwrap();
+    std::fs::copy(redis.dir().join("dump.rdb"), snapshot.path()).unwrap();
+    let second = each("b").await;
+    settle_url(&client).await;
+
+    tokio::task::block_in_place(|| {
+        redis.kill_9();
+        std::fs::copy(snapshot.path(), redis.dir().join("dump.rdb")).unwrap();
+        redis.start_again();
+    });
+    // The next claim on every campaign is numbered after the ledger's orders.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut third = Vec::new();
+    for id in &ids {
+        loop {
+            match client.claim(id, "c", 1, None).await.unwrap() {
+                ClaimReply::Processed(a) => {
+                    third.push((id.clone(), a));
+                    break;
+                }
+                ClaimReply::Refused(status, _) if status.as_u16() == 503 => {
+                    assert!(Instant::now() < deadline, "claims still refused after 60 s");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                ClaimReply::Refused(status, body) => panic!("{id}: {status} {body}"),
+            }
+        }
+    }
+    for (id, b) in &second {
+        assert_eq!(b.order_id, Some(format!("{id}-2")), "{id}");
+    }
+    for (id, a) in &third {
+        assert_eq!(a.outcome, Outcome::Won, "{id}");
+        assert_eq!(a.order_id, Some(format!("{id}-3")), "{id}");
+    }
+    let rebuilt = took_ms(&a.log_text(), "campaigns rebuilt, serving claims");
+    assert!(rebuilt.is_some(), "no rebuild logged: {}", a.log_text());
+    // A second instance starts on the level gate: the check alone.
+    let b = Seckill::serve(&urls, &db, &["--no-worker"]);
+    let level = took_ms(&b.log_text(), "Redis checked against the ledger");
+    eprintln!(
+        "{CAMPAIGNS} campaigns: check + rebuild of all of them took {rebuilt:?} ms; the check of \
+         a level gate took {level:?} ms"
+    );
+    settle_url(&client).await;
+    for id in ids.iter().take(20) {
+        let orders = client.all_orders(id).await.unwrap();
+        assert_eq!(orders.len(), 3, "{id}");
+    }
+}
