@@ -36,6 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
+pub use admin::rebuild_from_ledger;
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
@@ -368,6 +369,12 @@ impl Backend for ScaleOut {
                 }
                 Claimed::Missing if attempt == 0 => self.install_from_ledger(id).await?,
                 Claimed::Missing => break,
+                Claimed::Fenced => {
+                    return Err(Error::Unavailable(format!(
+                        "campaign '{id}' is being rebuilt from the ledger after Redis lost \
+                         state; the claim was not processed and nothing was changed, retry later"
+                    )))
+                }
             }
         }
         Err(Error::campaign_not_found(id))

@@ -20,6 +20,7 @@ mod rebuild;
 mod rebuild_race;
 mod redis_outage;
 mod redis_settings;
+mod reissued;
 mod sentinel;
 mod stale_snapshot;
 mod supervised;
