@@ -323,7 +323,8 @@ impl PgLedger {
                 .collect::<anyhow::Result<_>>()?;
             for o in orders {
                 if let Some(e) = existing.get(&o.order_id) {
-                    let same = e.user_id == o.user_id
+                    let same = e.campaign_id == o.campaign_id
+                        && e.user_id == o.user_id
                         && e.qty == o.qty
                         && e.codes == o.codes
                         && e.created_at == o.created_at;

@@ -38,6 +38,22 @@ pub struct GateSnapshot {
 
 impl PgLedger {
     /// One campaign with everything needed to rebuild its gate state; `None` if unknown.
+    /// The highest order number the ledger holds, per campaign that has orders: what a gate
+    /// must never be behind (`engine::redis` checks it after every reconnect). One index probe
+    /// per campaign (`orders_by_campaign`), not a scan of every order.
+    pub async fn high_water(&self) -> anyhow::Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT c.id, (SELECT MAX(o.seq) FROM orders o WHERE o.campaign_id = c.id) \
+             FROM campaigns c",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(c, s)| Some((c, s? as u64)))
+            .collect())
+    }
+
     pub async fn stored(&self, id: &str) -> anyhow::Result<Option<GateSnapshot>> {
         Ok(self.stored_snapshot(id).await?.map(|(c, _)| c))
     }

@@ -10,6 +10,14 @@
 //! An entry PostgreSQL refuses for its data (a constraint, a bad value) is poison: it is
 //! recorded in `failed_orders`, its units, codes and allowance go back in Redis, and it is
 //! acknowledged — compensated and recorded, never dropped silently.
+//!
+//! `ON CONFLICT DO NOTHING` absorbs only a replay of the very same order. An order whose id the
+//! ledger holds for a *different* order means the gate lost state (Redis restored from an older
+//! snapshot, a lagging replica promoted): the campaign is fenced at once (`fence.lua`: its
+//! claims answer 503 "nothing was changed"), every buyer told `won` for a reissued id is
+//! recorded in `failed_orders` (one log line per incident), and once the campaign's stream is
+//! drained its gate is rebuilt from the ledger and claims resume. Any consumer finishes a
+//! fence another one left (it crashed), so a fence never outlives the pipeline.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +29,7 @@ use super::entry::Entry;
 use super::PipelineOptions;
 use crate::domain::{now, Order};
 use crate::engine::redis::{Keys, RedisConn, Scripts, GROUP};
-use crate::ledger::{is_data_error, FailedOrder, Ledger, LedgerWrite, PgLedger};
+use crate::ledger::{is_data_error, FailedOrder, PgLedger};
 
 /// What one step did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +49,8 @@ pub struct Consumer {
     reclaimed: Option<Instant>,
     /// Re-read this consumer's own unacknowledged entries before taking new ones.
     recheck_own: bool,
+    /// Fenced campaigns waiting for their stream to drain before their gate is rebuilt.
+    fenced: std::collections::BTreeSet<String>,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -66,6 +76,7 @@ impl Consumer {
             refreshed: None,
             reclaimed: None,
             recheck_own: true,
+            fenced: Default::default(),
         }
     }
 
@@ -95,6 +106,9 @@ impl Consumer {
             Ok(ids) => {
                 self.campaigns = ids;
                 self.refreshed = Some(Instant::now());
+                if let Err(e) = self.adopt_fences().await {
+                    tracing::debug!(error = %format!("{e:#}"), "cannot look for fenced campaigns");
+                }
             }
             Err(e) => {
                 tracing::debug!(error = %format!("{e:#}"), "cannot list campaigns; using the last list")
@@ -141,7 +155,47 @@ impl Consumer {
         if step.is_err() {
             self.recheck_own = true;
         }
+        self.rebuild_fenced().await?;
         step
+    }
+
+    /// Takes over fences set by any consumer (one that crashed leaves its fence behind).
+    async fn adopt_fences(&mut self) -> anyhow::Result<()> {
+        if self.campaigns.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for id in &self.campaigns {
+            pipe.hget(Keys::new(id).meta(), "fenced");
+        }
+        let flags: Vec<Option<String>> = pipe.query_async(&mut self.conn).await?;
+        for (id, flag) in self.campaigns.iter().zip(flags) {
+            if flag.is_some() {
+                self.fenced.insert(id.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds from the ledger every fenced campaign whose stream is drained (which lifts its
+    /// fence).
+    async fn rebuild_fenced(&mut self) -> anyhow::Result<()> {
+        for id in self.fenced.clone() {
+            if !self.scripts.fence(&mut self.conn, &id, true).await? {
+                continue; // orders of it still in the stream, or rebuilt meanwhile
+            }
+            crate::engine::redis::rebuild_from_ledger(
+                &mut self.conn,
+                &self.ledger,
+                &self.scripts,
+                &id,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("rebuilding fenced campaign {id}: {e}"))?;
+            self.fenced.remove(&id);
+            tracing::warn!(campaign = %id, "fenced campaign rebuilt from the ledger; its claims are served again");
+        }
+        Ok(())
     }
 
     async fn gather(
@@ -230,9 +284,7 @@ impl Consumer {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")
             }
             Ok(collisions) => {
-                for o in &collisions {
-                    self.collision(&good, o).await?;
-                }
+                self.collisions(&good, &collisions).await?;
                 self.ack(good.iter().map(|(e, _)| e)).await?;
                 step.persisted += good.len() - collisions.len();
                 step.poisoned += collisions.len();
@@ -240,11 +292,18 @@ impl Consumer {
             Err(e) if is_data_error(&e) => {
                 // Somewhere in the batch is an order PostgreSQL refuses: find it alone.
                 for (entry, order) in &good {
-                    let one = LedgerWrite::Order(order.clone());
-                    match self.ledger.apply(&[&one]).await {
-                        Ok(()) => {
+                    // The same conflict check as a batch: a different order under this id is
+                    // the gate's lost state, never absorbed.
+                    let one = std::slice::from_ref(order);
+                    match self.ledger.insert_pipeline_orders(one).await {
+                        Ok(collided) => {
+                            self.collisions(&good, &collided).await?;
                             self.ack([entry]).await?;
-                            step.persisted += 1;
+                            if collided.is_empty() {
+                                step.persisted += 1;
+                            } else {
+                                step.poisoned += 1;
+                            }
                         }
                         Err(e) if is_data_error(&e) => {
                             self.poison(entry, Some(order), &format!("{e:#}")).await?;
@@ -278,25 +337,52 @@ impl Consumer {
         Ok(())
     }
 
-    /// Records an order whose id the ledger already holds for another order. Its units stay
-    /// taken in the gate: they stand in for the lost order the ledger holds under that id.
-    async fn collision(&mut self, good: &[(Entry, Order)], o: &Order) -> anyhow::Result<()> {
-        let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
-            return Ok(());
-        };
-        tracing::error!(order = %o.order_id, user = %o.user_id, "order id reused: Redis lost acknowledged writes; recording the order");
-        self.ledger
-            .record_failed(&FailedOrder {
-                stream_id: entry.stream_id.clone(),
-                campaign_id: entry.campaign_id.clone(),
-                order_id: Some(o.order_id.clone()),
-                payload: entry.payload(),
-                reason: "the ledger already holds a different order under this id: Redis lost \
-                         acknowledged writes (failover, or restart without AOF)"
-                    .into(),
-                at: now(),
-            })
-            .await
+    /// Handles orders whose id the ledger already holds for a different order: fences their
+    /// campaigns at once, records each buyer told `won` for a reissued id in `failed_orders`,
+    /// and says so once per campaign. The gate is rebuilt once the stream is drained
+    /// ([`Consumer::rebuild_fenced`]). The units of a reissued order stay taken until then;
+    /// the rebuild counts only the ledger's orders.
+    async fn collisions(
+        &mut self,
+        good: &[(Entry, Order)],
+        collided: &[Order],
+    ) -> anyhow::Result<()> {
+        let mut by_campaign: std::collections::BTreeMap<&str, Vec<&Order>> = Default::default();
+        for o in collided {
+            by_campaign.entry(&o.campaign_id).or_default().push(o);
+        }
+        for (campaign, orders) in by_campaign {
+            self.scripts.fence(&mut self.conn, campaign, false).await?;
+            self.fenced.insert(campaign.to_owned());
+            for o in &orders {
+                let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
+                    continue;
+                };
+                self.ledger
+                    .record_failed(&FailedOrder {
+                        stream_id: entry.stream_id.clone(),
+                        campaign_id: entry.campaign_id.clone(),
+                        order_id: Some(o.order_id.clone()),
+                        payload: entry.payload(),
+                        reason: "the ledger already holds a different order under this id: \
+                                 Redis lost acknowledged writes (restored from an older \
+                                 snapshot, or a lagging replica took over)"
+                            .into(),
+                        at: now(),
+                    })
+                    .await?;
+            }
+            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+            tracing::error!(
+                campaign,
+                reissued = orders.len(),
+                first = ids.first().copied().unwrap_or_default(),
+                last = ids.last().copied().unwrap_or_default(),
+                "order ids reused: Redis lost acknowledged writes; the buyers told won are \
+                 recorded in failed_orders, the campaign is fenced and rebuilt from the ledger"
+            );
+        }
+        Ok(())
     }
 
     /// Records an entry that can never be persisted, gives its units back, acknowledges it.

@@ -43,6 +43,42 @@ fn saved_not_applied<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> 
     }
 }
 
+/// Rebuilds a campaign missing from Redis from the ledger (no-op if Redis has it). Unknown →
+/// 404. Used by the engine and by the pipeline after it fenced a campaign.
+pub async fn rebuild_from_ledger(
+    conn: &mut super::RedisConn,
+    ledger: &PgLedger,
+    scripts: &super::Scripts,
+    id: &str,
+) -> Result<(), Error> {
+    let failed = "rebuilding the campaign from the ledger failed";
+    let (stored, released) = ledger
+        .stored_snapshot(id)
+        .await
+        .map_err(ledger_failed(failed))?
+        .ok_or_else(|| Error::campaign_not_found(id))?;
+    let state = CampaignState::recover(
+        stored.def,
+        stored.total,
+        stored.codes,
+        stored.status,
+        &stored.active,
+        stored.max_seq,
+    );
+    let installed = scripts
+        .install(conn, &state, stored.max_seq, &released)
+        .await
+        .map_err(redis_failed(failed))?;
+    if installed {
+        tracing::warn!(
+            campaign = id,
+            remaining = state.remaining,
+            "campaign rebuilt in Redis from the ledger"
+        );
+    }
+    Ok(())
+}
+
 fn ledger_failed(context: &'static str) -> impl Fn(anyhow::Error) -> Error {
     move |e| Error::unavailable(context, format!("{e:#}"))
 }
@@ -101,34 +137,7 @@ impl ScaleOut {
 
     /// Rebuilds a campaign missing from Redis from the ledger. Unknown → 404.
     pub(super) async fn install_from_ledger(&self, id: &str) -> Result<(), Error> {
-        let failed = "rebuilding the campaign from the ledger failed";
-        let (stored, released) = self
-            .ledger
-            .stored_snapshot(id)
-            .await
-            .map_err(ledger_failed(failed))?
-            .ok_or_else(|| Error::campaign_not_found(id))?;
-        let state = CampaignState::recover(
-            stored.def,
-            stored.total,
-            stored.codes,
-            stored.status,
-            &stored.active,
-            stored.max_seq,
-        );
-        let installed = self
-            .scripts
-            .install(&mut self.conn(), &state, stored.max_seq, &released)
-            .await
-            .map_err(redis_failed(failed))?;
-        if installed {
-            tracing::warn!(
-                campaign = id,
-                remaining = state.remaining,
-                "campaign rebuilt in Redis from the ledger"
-            );
-        }
-        Ok(())
+        rebuild_from_ledger(&mut self.conn(), &self.ledger, &self.scripts, id).await
     }
 
     /// Brings the gate level with the ledger: installs a missing campaign, applies restocks

@@ -38,6 +38,9 @@ impl RedisTarget {
 pub enum RedisConn {
     /// A single node or a Sentinel-managed primary.
     Link(Arc<Link>),
+    /// The same link, for claims: commands go out only once the Redis behind it was checked
+    /// against the ledger since the last reconnect (`fresh.rs`).
+    Gated(Arc<Link>),
     Cluster(ClusterConnection),
 }
 
@@ -100,8 +103,25 @@ impl RedisConn {
     /// each node itself).
     pub fn watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
         match self {
-            Self::Link(l) => Some(l.watch()),
+            Self::Link(l) | Self::Gated(l) => Some(l.watch()),
             Self::Cluster(_) => None,
+        }
+    }
+
+    /// The link behind this connection (`None` for a cluster).
+    pub fn link(&self) -> Option<&Arc<Link>> {
+        match self {
+            Self::Link(l) | Self::Gated(l) => Some(l),
+            Self::Cluster(_) => None,
+        }
+    }
+
+    /// This connection for claims: refused until Redis was checked against the ledger. A
+    /// cluster is returned as is (not checked, see docs/SCALE_OUT.md).
+    pub fn gated(&self) -> Self {
+        match self {
+            Self::Link(l) | Self::Gated(l) => Self::Gated(l.clone()),
+            Self::Cluster(c) => Self::Cluster(c.clone()),
         }
     }
 }
@@ -110,6 +130,7 @@ impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Link(l) => Box::pin(l.request(cmd)),
+            Self::Gated(l) => Box::pin(l.request_gated(cmd)),
             Self::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -121,14 +142,15 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Link(l) => Box::pin(l.request_many(cmd, offset, count)),
+            // Pipelines never carry claims.
+            Self::Link(l) | Self::Gated(l) => Box::pin(l.request_many(cmd, offset, count)),
             Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Link(l) => l.db(),
+            Self::Link(l) | Self::Gated(l) => l.db(),
             Self::Cluster(c) => c.get_db(),
         }
     }

@@ -22,6 +22,7 @@
 //! Observers ([`Link::watch`]) see every transition, e.g. to re-check Redis's settings after
 //! a reconnect.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,9 @@ pub struct Link {
     state: watch::Sender<State>,
     health: watch::Sender<Health>,
     wake: Arc<Notify>,
+    /// The generation whose Redis was checked against the ledger (`fresh.rs`); gated requests
+    /// go out only on that connection. `u64::MAX` = none checked.
+    verified: AtomicU64,
 }
 
 /// The error of a request refused because the link is down: it never reached Redis.
@@ -100,6 +104,16 @@ pub fn not_sent(down_for: Duration) -> RedisError {
         ErrorKind::ClientError,
         NOT_SENT,
         format!("down for {} ms", down_for.as_millis()),
+    ))
+}
+
+/// The error of a gated request refused because this Redis was not yet checked against the
+/// ledger (just reconnected, or its `run_id` changed): it never reached Redis.
+pub fn unchecked() -> RedisError {
+    RedisError::from((
+        ErrorKind::ClientError,
+        NOT_SENT,
+        "Redis is being checked against the ledger after a reconnect".to_owned(),
     ))
 }
 
@@ -153,6 +167,7 @@ impl Link {
             })
             .0,
             wake: Arc::new(Notify::new()),
+            verified: AtomicU64::new(u64::MAX),
         });
         let (weak, wake) = (Arc::downgrade(&link), link.wake.clone());
         // The loop has no reason to panic; if it ever did, the link would stay in its last
@@ -183,6 +198,42 @@ impl Link {
     /// Reachability now, and every change from here on.
     pub fn watch(&self) -> watch::Receiver<Health> {
         self.health.subscribe()
+    }
+
+    /// Reachability now.
+    pub fn health(&self) -> Health {
+        self.state.borrow().health()
+    }
+
+    /// Marks the connection of `generation` as checked against the ledger: gated requests may
+    /// use it. Returns false if the link moved on meanwhile (that connection is gone).
+    pub fn verify(&self, generation: u64) -> bool {
+        self.verified.store(generation, Ordering::SeqCst);
+        if self.health()
+            == (Health {
+                up: true,
+                generation,
+            })
+        {
+            return true;
+        }
+        self.unverify();
+        false
+    }
+
+    /// Refuses gated requests until the next [`Link::verify`].
+    pub fn unverify(&self) {
+        self.verified.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// One command that goes out only on a connection checked against the ledger; refused
+    /// with [`unchecked`] (nothing was sent) otherwise.
+    pub async fn request_gated(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let (generation, mut conn) = self.current()?;
+        if self.verified.load(Ordering::SeqCst) != generation {
+            return Err(unchecked());
+        }
+        self.guard(generation, conn.req_packed_command(cmd)).await
     }
 
     /// The connection to use, or the refusal while down.

@@ -14,10 +14,13 @@
 //! requests refused at once while Redis is down, back within about 250 ms of it answering);
 //! the background tasks run under a [`Supervisor`] (restarted when they die, `/healthz` 503
 //! meanwhile); Redis's eviction policy and persistence are checked (`settings.rs`); and a
-//! failed claim says whether anything may have changed (`refuse.rs`).
+//! failed claim says whether anything may have changed (`refuse.rs`). A Redis that came back
+//! behind the ledger (older snapshot, lagging replica) is checked and rebuilt before any claim
+//! is served from it (`fresh.rs`).
 
 mod admin;
 mod conn;
+mod fresh;
 mod keys;
 mod link;
 mod ratelimit;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
+pub use admin::rebuild_from_ledger;
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
@@ -74,6 +78,8 @@ pub struct ScaleOutOptions {
 
 pub struct ScaleOut {
     redis: RedisConn,
+    /// The same connection for claims: sent only once Redis was checked (`fresh.rs`).
+    claims: RedisConn,
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
     idem_ttl_secs: u64,
@@ -122,6 +128,7 @@ impl ScaleOut {
             settings::recheck_loop(conn.clone(), watch.clone())
         });
         let me = Arc::new_cyclic(|me| Self {
+            claims: redis.gated(),
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
@@ -139,6 +146,13 @@ impl ScaleOut {
                 anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
             })?;
         }
+        let seen = me.check_and_open().await?;
+        let weak = Arc::downgrade(&me);
+        // A restarted checker checks again from scratch.
+        let seen = parking_lot::Mutex::new(seen);
+        supervisor.spawn(fresh::TASK, move |_| {
+            fresh::watch_loop(weak.clone(), seen.lock().take())
+        });
         if opts.run_worker {
             pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
         }
@@ -331,7 +345,7 @@ impl Backend for ScaleOut {
         let key = key.as_ref().map(IdempotencyKey::as_str);
         self.dependencies_up()?;
         for attempt in 0..2 {
-            let mut conn = self.conn();
+            let mut conn = self.claims.clone();
             let script = self.scripts.claim(
                 &mut conn,
                 id,
@@ -355,6 +369,12 @@ impl Backend for ScaleOut {
                 }
                 Claimed::Missing if attempt == 0 => self.install_from_ledger(id).await?,
                 Claimed::Missing => break,
+                Claimed::Fenced => {
+                    return Err(Error::Unavailable(format!(
+                        "campaign '{id}' is being rebuilt from the ledger after Redis lost \
+                         state; the claim was not processed and nothing was changed, retry later"
+                    )))
+                }
             }
         }
         Err(Error::campaign_not_found(id))

@@ -19,6 +19,7 @@ pub struct Scripts {
     status: Script,
     release: Script,
     ack: Script,
+    fence: Script,
 }
 
 /// What the claim script decided.
@@ -26,6 +27,8 @@ pub enum Claimed {
     Answer(ClaimAnswer),
     /// The campaign is not in Redis (unknown, or to be rebuilt from the ledger).
     Missing,
+    /// The gate of this campaign is fenced while it is rebuilt; nothing was changed.
+    Fenced,
 }
 
 /// Result of a guarded script: applied, refused with the gate's value, or campaign missing.
@@ -78,6 +81,7 @@ impl Default for Scripts {
             status: Script::new(include_str!("lua/status.lua")),
             release: Script::new(include_str!("lua/release.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
+            fence: Script::new(include_str!("lua/fence.lua")),
         }
     }
 }
@@ -92,6 +96,7 @@ impl Scripts {
             &self.status,
             &self.release,
             &self.ack,
+            &self.fence,
         ] {
             s.prepare_invoke().load_async(conn).await?;
         }
@@ -128,9 +133,31 @@ impl Scripts {
         if tag == "missing" {
             return Ok(Claimed::Missing);
         }
+        if tag == "fenced" {
+            return Ok(Claimed::Fenced);
+        }
         decode_answer(&encoded)
             .map(Claimed::Answer)
             .ok_or_else(|| anyhow::anyhow!("the claim script answered {encoded:?}"))
+    }
+
+    /// Fences a campaign (claims refused) or, with `drop`, deletes its fenced gate once its
+    /// stream is empty (`lua/fence.lua`); true if done.
+    pub async fn fence(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        drop: bool,
+    ) -> RedisResult<bool> {
+        let k = Keys::new(campaign);
+        let done: i64 = self
+            .fence
+            .key(k.meta())
+            .key(k.orders())
+            .arg(if drop { "drop" } else { "fence" })
+            .invoke_async(conn)
+            .await?;
+        Ok(done == 1)
     }
 
     /// Installs `state` unless the campaign is already in Redis; true if installed now.

@@ -46,6 +46,11 @@ impl RedisServer {
         });
     }
 
+    /// The server's working directory (its `dump.rdb` and AOF live here).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

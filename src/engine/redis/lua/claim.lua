@@ -4,7 +4,8 @@
 -- campaign's stream in this one script, so a reservation never exists without its order.
 --
 -- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
---                                 hver (holders version: bumped by every script that changes users)
+--                                 hver (holders version: bumped by every script that changes users),
+--                                 fenced (set while the gate is being rebuilt: fence.lua)
 -- KEYS[2] {c:<id>}:users   hash   user -> units held
 -- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
 -- KEYS[4] {c:<id>}:seq     string last order number
@@ -22,8 +23,8 @@
 -- ARGV[6] most rejection answers kept per campaign
 --
 -- A rejection beyond either cap is answered but not kept (see src/engine/idempotency.rs).
--- Returns {tag, answer}: tag 'new' (processed now), 'replay' (answer stored under the key) or
--- 'missing' (no such campaign in Redis). answer is the claim answer as lines:
+-- Returns {tag, answer}: tag 'new' (processed now), 'replay' (answer stored under the key),
+-- 'missing' (no such campaign in Redis) or 'fenced' (refused, nothing changed: fence.lua). answer is the claim answer as lines:
 -- outcome, order_id, qty, remaining, held, then one line per code ('' = field absent).
 -- The window is judged by this Redis server's clock (TIME), one clock for every instance.
 
@@ -33,9 +34,11 @@ if idem then
   if stored then return {'replay', stored} end
 end
 
-local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind', 'id')
+local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind', 'id',
+                    'fenced')
 local status = m[1]
 if not status then return {'missing', ''} end
+if m[8] then return {'fenced', ''} end
 
 local function int(n) return string.format('%d', n) end
 local function answer(outcome, order_id, qty, remaining, held, codes)
