@@ -59,6 +59,8 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
     e.code() == Some("NOGROUP")
 }
 
+mod fence;
+
 impl Consumer {
     /// A consumer on its own Redis connection (`conn` must not be shared with the claim path).
     pub fn new(
@@ -157,45 +159,6 @@ impl Consumer {
         }
         self.rebuild_fenced().await?;
         step
-    }
-
-    /// Takes over fences set by any consumer (one that crashed leaves its fence behind).
-    async fn adopt_fences(&mut self) -> anyhow::Result<()> {
-        if self.campaigns.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for id in &self.campaigns {
-            pipe.hget(Keys::new(id).meta(), "fenced");
-        }
-        let flags: Vec<Option<String>> = pipe.query_async(&mut self.conn).await?;
-        for (id, flag) in self.campaigns.iter().zip(flags) {
-            if flag.is_some() {
-                self.fenced.insert(id.clone());
-            }
-        }
-        Ok(())
-    }
-
-    /// Rebuilds from the ledger every fenced campaign whose stream is drained (which lifts its
-    /// fence).
-    async fn rebuild_fenced(&mut self) -> anyhow::Result<()> {
-        for id in self.fenced.clone() {
-            if !self.scripts.fence(&mut self.conn, &id, true).await? {
-                continue; // orders of it still in the stream, or rebuilt meanwhile
-            }
-            crate::engine::redis::rebuild_from_ledger(
-                &mut self.conn,
-                &self.ledger,
-                &self.scripts,
-                &id,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("rebuilding fenced campaign {id}: {e}"))?;
-            self.fenced.remove(&id);
-            tracing::warn!(campaign = %id, "fenced campaign rebuilt from the ledger; its claims are served again");
-        }
-        Ok(())
     }
 
     async fn gather(
@@ -333,54 +296,6 @@ impl Consumer {
         }
         for (campaign, ids) in by_campaign {
             self.scripts.ack(&mut self.conn, campaign, &ids).await?;
-        }
-        Ok(())
-    }
-
-    /// Handles orders whose id the ledger already holds for a different order: fences their
-    /// campaigns at once, records each buyer told `won` for a reissued id in `failed_orders`,
-    /// and says so once per campaign. The gate is rebuilt once the stream is drained
-    /// ([`Consumer::rebuild_fenced`]). The units of a reissued order stay taken until then;
-    /// the rebuild counts only the ledger's orders.
-    async fn collisions(
-        &mut self,
-        good: &[(Entry, Order)],
-        collided: &[Order],
-    ) -> anyhow::Result<()> {
-        let mut by_campaign: std::collections::BTreeMap<&str, Vec<&Order>> = Default::default();
-        for o in collided {
-            by_campaign.entry(&o.campaign_id).or_default().push(o);
-        }
-        for (campaign, orders) in by_campaign {
-            self.scripts.fence(&mut self.conn, campaign, false).await?;
-            self.fenced.insert(campaign.to_owned());
-            for o in &orders {
-                let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
-                    continue;
-                };
-                self.ledger
-                    .record_failed(&FailedOrder {
-                        stream_id: entry.stream_id.clone(),
-                        campaign_id: entry.campaign_id.clone(),
-                        order_id: Some(o.order_id.clone()),
-                        payload: entry.payload(),
-                        reason: "the ledger already holds a different order under this id: \
-                                 Redis lost acknowledged writes (restored from an older \
-                                 snapshot, or a lagging replica took over)"
-                            .into(),
-                        at: now(),
-                    })
-                    .await?;
-            }
-            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
-            tracing::error!(
-                campaign,
-                reissued = orders.len(),
-                first = ids.first().copied().unwrap_or_default(),
-                last = ids.last().copied().unwrap_or_default(),
-                "order ids reused: Redis lost acknowledged writes; the buyers told won are \
-                 recorded in failed_orders, the campaign is fenced and rebuilt from the ledger"
-            );
         }
         Ok(())
     }
