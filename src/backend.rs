@@ -114,6 +114,11 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// The lock service of this deployment (`/v1/locks`, `seckill::lock`); `None`: no locks.
+    fn locks(&self) -> Option<crate::lock::Locks> {
+        None
+    }
+
     /// Extra Prometheus lines for `/metrics`.
     fn metrics(&self) -> String {
         String::new()

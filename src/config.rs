@@ -71,6 +71,16 @@ pub struct ServeConfig {
     #[arg(long, env = "SECKILL_LOG_JSON")]
     pub log_json: bool,
 
+    /// Independent Redis masters (comma-separated, an odd number such as 3 or 5) that serve
+    /// the /v1/locks routes with Redlock, instead of the deployment's own store.
+    #[arg(
+        long,
+        env = "SECKILL_LOCK_REDIS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub lock_redis: Vec<String>,
+
     /// Connection limits against slow, stalled and greedy clients.
     #[command(flatten)]
     pub conn: ConnArgs,
@@ -98,6 +108,7 @@ impl ServeConfig {
             idempotency_max_rejected: 100_000,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
+            lock_redis: Vec::new(),
             conn: ConnArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),

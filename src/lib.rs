@@ -14,6 +14,7 @@ pub mod guard;
 pub mod http;
 pub mod ledger;
 pub mod load;
+pub mod lock;
 pub mod pipeline;
 pub mod supervise;
 pub mod telemetry;

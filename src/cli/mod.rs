@@ -3,6 +3,8 @@
 mod baseline;
 mod bench;
 mod demo;
+pub mod lock;
+mod lock_bench;
 mod scale;
 mod serve;
 mod sign_user;
@@ -39,6 +41,10 @@ enum Command {
     Worker(crate::config::WorkerConfig),
     /// Storm a running deployment, report throughput and latency, verify every invariant.
     Bench(Box<crate::bench::BenchOpts>),
+    /// Locks with fencing tokens: `lock run NAME -- COMMAND…` runs a command while holding a
+    /// lock; `lock bench` measures a lock store.
+    #[command(subcommand)]
+    Lock(lock::LockCommand),
     /// Serve a trivial handler: the HTTP ceiling `scripts/bench.sh` compares seckill with.
     #[command(hide = true)]
     Baseline(baseline::BaselineOpts),
@@ -53,7 +59,11 @@ pub fn main() -> ExitCode {
     let json_logs = match &command {
         Command::Serve(c) => c.log_json,
         Command::Worker(c) => c.log_json,
-        Command::Demo(_) | Command::SignUser(_) | Command::Bench(_) | Command::Baseline(_) => false,
+        Command::Demo(_)
+        | Command::SignUser(_)
+        | Command::Bench(_)
+        | Command::Lock(_)
+        | Command::Baseline(_) => false,
     };
     crate::telemetry::init(json_logs);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -76,6 +86,7 @@ pub fn main() -> ExitCode {
             Command::SignUser(opts) => sign_user::run(opts),
             Command::Worker(cfg) => scale::run_worker(cfg).await,
             Command::Bench(opts) => bench::run(*opts).await,
+            Command::Lock(cmd) => lock::run(cmd).await,
             Command::Baseline(opts) => baseline::run(opts).await,
         }
     });

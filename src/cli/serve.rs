@@ -99,8 +99,20 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         .as_ref()
         .map(|l| l.local_addr())
         .transpose()?;
+    let locks = if cfg.lock_redis.is_empty() {
+        None
+    } else {
+        let redlock = crate::lock::redlock::Redlock::new(&cfg.lock_redis)?;
+        tracing::info!(
+            masters = cfg.lock_redis.len(),
+            quorum = redlock.quorum(),
+            "lock routes served by Redlock"
+        );
+        Some(crate::lock::Locks::new(Arc::new(redlock)))
+    };
     let http_opts = HttpOptions {
         max_admin_body: cfg.max_admin_body,
+        locks,
         ..HttpOptions::default()
     };
     let routers = http::routers(

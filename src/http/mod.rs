@@ -13,6 +13,7 @@ pub mod fd_limit;
 mod guarded;
 mod handlers;
 pub mod listener;
+mod locks;
 mod timed_body;
 mod watchdog;
 
@@ -66,6 +67,8 @@ pub struct HttpOptions {
     pub max_admin_body: usize,
     /// Largest body of every other route.
     pub max_body: usize,
+    /// The lock service of `/v1/locks` when it is not the backend's own (`--lock-redis`).
+    pub locks: Option<crate::lock::Locks>,
 }
 
 impl Default for HttpOptions {
@@ -73,6 +76,7 @@ impl Default for HttpOptions {
         Self {
             max_admin_body: 256 * 1024 * 1024,
             max_body: 16 * 1024,
+            locks: None,
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     pub admin_token: AdminToken,
     pub guards: Arc<Guards>,
+    /// The lock service of `/v1/locks` (none: 404).
+    pub locks: Option<crate::lock::Locks>,
 }
 
 /// The routes of one instance: everything on `public`, or the admin routes on `admin`.
@@ -110,10 +116,12 @@ pub fn routers(
 ) -> Routers {
     use handlers::*;
     let big = DefaultBodyLimit::max(opts.max_admin_body);
+    let locks = opts.locks.clone().or_else(|| backend.locks());
     let state = AppState {
         backend,
         admin_token,
         guards,
+        locks,
     };
     let public = Router::new()
         .route("/v1/campaigns/{id}", get(get_campaign))
@@ -135,6 +143,11 @@ pub fn routers(
         )
         .route("/v1/orders/{id}", get(get_order))
         .route("/v1/orders/{id}/cancel", post(cancel))
+        .route(
+            "/v1/locks/{name}",
+            post(locks::acquire).delete(locks::release),
+        )
+        .route("/v1/locks/{name}/extend", post(locks::extend))
         .route("/metrics", get(guarded::metrics));
     let health = Router::new().route("/healthz", get(healthz));
     let finish = |r: Router<AppState>| {

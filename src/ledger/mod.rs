@@ -13,6 +13,7 @@ mod postgres_ops;
 mod postgres_recovery;
 mod rows;
 mod sqlite;
+mod sqlite_locks;
 mod sqlite_recovery;
 mod sqlite_writer;
 mod sqlite_writes;

@@ -83,6 +83,38 @@ impl SqliteLedger {
         })
     }
 
+    /// Lock service: grants `name` to `token` for `ttl_ms` if its lease ended, durably;
+    /// `Ok(fence)` or `Err(expires_ms)` of the holder (see `sqlite_locks`).
+    pub async fn lock_acquire(
+        &self,
+        name: &str,
+        token: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> anyhow::Result<Result<u64, u64>> {
+        let mut writer = self.writer.lock().await;
+        super::sqlite_locks::acquire(writer.conn().await?, name, token, owner, ttl_ms, now_ms).await
+    }
+
+    /// Lock service: extends `token`'s lease; its fence, `None` if it does not hold it.
+    pub async fn lock_extend(
+        &self,
+        name: &str,
+        token: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> anyhow::Result<Option<u64>> {
+        let mut writer = self.writer.lock().await;
+        super::sqlite_locks::extend(writer.conn().await?, name, token, ttl_ms, now_ms).await
+    }
+
+    /// Lock service: releases `token`'s lease; false if it does not hold it.
+    pub async fn lock_release(&self, name: &str, token: &str, now_ms: u64) -> anyhow::Result<bool> {
+        let mut writer = self.writer.lock().await;
+        super::sqlite_locks::release(writer.conn().await?, name, token, now_ms).await
+    }
+
     /// Closes the writer for good and releases the data directory (graceful shutdown, after
     /// the final flush). Later writes fail as not committed.
     pub async fn close(&self) {

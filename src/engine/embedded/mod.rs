@@ -312,4 +312,9 @@ impl Backend for Embedded {
     fn stock_board(&self) -> Option<Arc<StockBoard>> {
         Some(self.board.clone())
     }
+
+    fn locks(&self) -> Option<crate::lock::Locks> {
+        let store = crate::lock::embedded::EmbeddedLocks::new(self.ledger.clone());
+        Some(crate::lock::Locks::new(Arc::new(store)))
+    }
 }

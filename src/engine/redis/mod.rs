@@ -336,6 +336,11 @@ impl Backend for ScaleOut {
         Some(self.stock.board())
     }
 
+    fn locks(&self) -> Option<crate::lock::Locks> {
+        let store = crate::lock::redis::RedisLocks::new(self.conn());
+        Some(crate::lock::Locks::new(Arc::new(store)))
+    }
+
     async fn claim(
         &self,
         id: &str,
