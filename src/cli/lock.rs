@@ -224,8 +224,16 @@ async fn run_locked(opts: RunOpts) -> anyhow::Result<ExitCode> {
             _ = int.recv() => signal_group(pgid, libc::SIGINT),
         }
     };
-    if let Err(e) = guard.release().await {
-        tracing::warn!(lock = %opts.name, error = %e, "releasing the lock failed; it ends at its TTL");
+    match guard.release().await {
+        Ok(()) => {}
+        Err(crate::lock::LockError::NotHolder(_)) => {
+            // The command finished, but not (all of it) under the lock: say so.
+            tracing::error!(lock = %opts.name, "the lease was lost while the command ran");
+            return Ok(ExitCode::from(EXIT_LOST));
+        }
+        Err(e) => {
+            tracing::warn!(lock = %opts.name, error = %e, "releasing the lock failed; it ends at its TTL")
+        }
     }
     let code = status.code().unwrap_or(128 + status_signal(&status));
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))

@@ -14,6 +14,7 @@ mod guards;
 mod helpers;
 mod hostile;
 mod invariants;
+mod locks;
 mod process;
 mod scale_out;
 mod servers;
