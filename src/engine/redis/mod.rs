@@ -98,6 +98,9 @@ pub struct ScaleOut {
 /// longest a `PUT …/limits` through one instance takes to apply on the others.
 pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
 
+/// The lock (and `job_fences` row) of the start-up reconcile.
+pub const RECONCILE_JOB: &str = "seckill-startup-reconcile";
+
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -141,11 +144,27 @@ impl ScaleOut {
             stock,
             me: me.clone(),
         });
-        for id in ledger.campaign_ids().await? {
-            me.reconcile(&id).await.map_err(|e| {
-                anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
-            })?;
-        }
+        // Instances starting together reconcile one after the other, under a lease.
+        let locks = crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(
+            me.redis.clone(),
+        )));
+        let owner = format!("seckill-{}", std::process::id());
+        crate::lock::singleton::run_once(
+            &locks,
+            ledger.pool(),
+            RECONCILE_JOB,
+            &owner,
+            Duration::from_secs(30),
+            |_fence| async {
+                for id in ledger.campaign_ids().await? {
+                    me.reconcile(&id).await.map_err(|e| {
+                        anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
+                    })?;
+                }
+                anyhow::Ok(())
+            },
+        )
+        .await?;
         let seen = me.check_and_open().await?;
         let weak = Arc::downgrade(&me);
         // A restarted checker checks again from scratch.

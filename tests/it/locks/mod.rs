@@ -9,6 +9,7 @@ mod paused;
 mod redlock;
 mod restart;
 mod run;
+mod singleton;
 
 use std::sync::Arc;
 use std::time::Duration;
