@@ -41,7 +41,7 @@ PORT=$(free_port)
 "$BIN" serve --listen "127.0.0.1:$PORT" --data "$WORK/serve" --admin-token "$TOKEN" 2>/dev/null &
 PIDS+=($!)
 for _ in $(seq 100); do curl -fs "127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
-"$BIN" lock bench --url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" -n "$N" -c "$C" | sed 's/^http /http(emb)/'
+"$BIN" lock bench --url "http://127.0.0.1:$PORT" --admin-token "$TOKEN" -n "$N" -c "$C" | sed 's/^http     /http(emb)/'
 
 P1=$(free_port); redis "$P1" everysec
 "$BIN" lock bench --redis "redis://127.0.0.1:$P1" -n "$N" -c "$C" | sed 's/^redis    /redis(es)/'
