@@ -9,6 +9,8 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     need_apt+=(postgresql)
+elif ! command -v psql >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/psql >/dev/null 2>&1; then
+    need_apt+=(postgresql-client)   # the lock tests' fenced writes go through psql
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing test dependencies: ${need_apt[*]}"
