@@ -266,3 +266,21 @@ fn default_owner() -> String {
         .unwrap_or_else(|_| "host".to_owned());
     format!("{host}:{}", std::process::id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_units_or_plain_milliseconds() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250"), Ok(Duration::from_millis(250)));
+        for bad in ["", "s", "-1s", "1.5s", "10d", "ten"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -252,3 +252,27 @@ impl Locks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_rules_of_the_lock_api() {
+        assert!(validate_name("nightly-report_2").is_ok());
+        for bad in ["", "a b", "café", "x{y}", &"n".repeat(65)] {
+            assert!(validate_name(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_ttl_ms(0).is_err());
+        assert!(validate_ttl_ms(1).is_ok());
+        assert!(validate_ttl_ms(MAX_TTL_MS).is_ok());
+        assert!(validate_ttl_ms(MAX_TTL_MS + 1).is_err());
+        assert!(validate_wait_ms(MAX_WAIT_MS).is_ok());
+        assert!(validate_wait_ms(MAX_WAIT_MS + 1).is_err());
+        assert!(validate_text("owner", "w7", MAX_OWNER).is_ok());
+        assert!(validate_text("owner", "", MAX_OWNER).is_err());
+        assert!(validate_text("owner", "a\nb", MAX_OWNER).is_err());
+        assert!(validate_text("token", &"t".repeat(129), MAX_TOKEN).is_err());
+        assert_ne!(new_token(), new_token());
+    }
+}
