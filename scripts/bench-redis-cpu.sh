@@ -18,7 +18,7 @@ CONNS=${2:-128}
 SERVER_CPU=${BENCH_SERVER_CPU:-1}
 GEN_CPU=${BENCH_GEN_CPU:-0}
 PG=${BENCH_POSTGRES_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}
-BIN=target/release/seckill
+BIN=${BENCH_BIN:-target/release/seckill}
 [ -x "$BIN" ] || cargo build --release
 for b in redis-server redis-benchmark redis-cli wrk node npm psql; do
     command -v "$b" >/dev/null || { echo "missing $b (apt-get install redis-server redis-tools wrk nodejs npm postgresql-client)"; exit 1; }
@@ -45,14 +45,14 @@ REDIS=$!; PIDS+=("$REDIS")
 until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
 psql "$PG" -qc "CREATE DATABASE $DB" >/dev/null
 TOKEN=bench-$RANDOM
-RUST_LOG=warn taskset -c "$SERVER_CPU" "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
+taskset -c "$SERVER_CPU" "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
     --redis "redis://127.0.0.1:$RPORT" --postgres "${PG%/*}/$DB" >"$WORK/serve.out" 2>"$WORK/serve.log" &
 SECKILL=$!; PIDS+=("$SECKILL")
 taskset -c "$SERVER_CPU" node bench/peers/node-lua/server.js "$NPORT" "$RPORT" air_id:bench \
     >"$WORK/node.log" 2>&1 &
 PIDS+=($!)
 URL=
-for _ in $(seq 200); do
+for _ in $(seq 1200); do
     URL=$(grep -o 'listening on http://[0-9.:]*' "$WORK/serve.log" | head -1 | sed 's/listening on //') || true
     [ -n "$URL" ] && break
     sleep 0.05
