@@ -10,6 +10,9 @@
 //!   (decide, decrement, record the user, XADD the order) on a throwaway `redis-server` this
 //!   bench starts on a free port without persistence; one at a time (one round trip) and 50 in
 //!   flight on the engine's multiplexed connection (the `redis-benchmark -c 50` shape).
+//!   `redis/batch_*`: the batched path, `claims.lua` deciding 50 and 128 claims in one call
+//!   (`Scripts::claim_batch`, what the engine's per-campaign batcher sends), and 128 claims
+//!   through the batcher itself from 128 tasks at once (`Batcher::claim`).
 //!   Needs `redis-server` on PATH (`apt-get install redis-server`); panics with that hint.
 //!
 //! Run: `cargo bench --bench claim_step` (add `-- decide` to run one group).
@@ -21,7 +24,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use futures::future::join_all;
 use seckill::backend::Backend;
 use seckill::domain::{ClaimRequest, Kind, NewCampaign, Status, Supply};
-use seckill::engine::redis::{RedisConn, RedisTarget, Scripts};
+use seckill::engine::redis::{BatchClaim, BatchOptions, Batcher, RedisConn, RedisTarget, Scripts};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::{Embedded, EmbeddedOptions};
 
@@ -209,6 +212,52 @@ fn redis(c: &mut Criterion) {
     g.throughput(Throughput::Elements(50));
     g.bench_function("claim_50_in_flight", |b| {
         b.to_async(&rt).iter(|| join_all((0..50).map(|_| claim())))
+    });
+    let batch = |size: u64| {
+        let first = next.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+        let (scripts, mut conn) = (scripts.clone(), conn.clone());
+        async move {
+            let users: Vec<String> = (first..first + size).map(|n| format!("u{n}")).collect();
+            let claims: Vec<BatchClaim> = users
+                .iter()
+                .map(|user| BatchClaim {
+                    user,
+                    qty: 1,
+                    key: None,
+                })
+                .collect();
+            let limits = seckill::engine::IdemLimits::default();
+            let answers = scripts
+                .claim_batch(&mut conn, "bench", &claims, (60, &limits))
+                .await;
+            std::hint::black_box(answers.expect("batch answers"))
+        }
+    };
+    for size in [50, 128] {
+        g.throughput(Throughput::Elements(size));
+        g.bench_function(format!("batch_{size}_in_one_call"), |b| {
+            b.to_async(&rt).iter(|| batch(size))
+        });
+    }
+    let batcher = Batcher::new(
+        conn.clone(),
+        scripts.clone(),
+        BatchOptions::default(),
+        (60, seckill::engine::IdemLimits::default()),
+        std::time::Duration::from_secs(5),
+    );
+    g.throughput(Throughput::Elements(128));
+    g.bench_function("batcher_128_in_flight", |b| {
+        b.to_async(&rt).iter(|| {
+            join_all((0..128).map(|_| {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let batcher = batcher.clone();
+                async move {
+                    let user = format!("u{n}");
+                    std::hint::black_box(batcher.claim("bench", &user, 1, None).await)
+                }
+            }))
+        })
     });
     g.finish();
 }

@@ -83,18 +83,42 @@ server_cpu() {
     fi
 }
 
+# CPU seconds redis-server has used so far (empty before it runs): every row that goes through
+# Redis records it around the row, and once the orders of the row have left Redis (pipeline
+# lag 0), so the pipeline's reads, acknowledgements and deletes count too.
+RPID=
+redis_cpu() {
+    local ticks
+    if [ -n "$RPID" ] && ticks=$(awk '{print $14 + $15}' "/proc/$RPID/stat" 2>/dev/null); then
+        python3 -c "print($ticks / $(getconf CLK_TCK))"
+    fi
+}
+# drained URL...: waits (at most 30 s) until each seckill instance reports pipeline_lag 0.
+drained() {
+    local u
+    for u in "$@"; do
+        for _ in $(seq 300); do
+            curl -sf "$u/healthz" | grep -q '"pipeline_lag":0' && break
+            sleep 0.1
+        done
+    done
+}
+DRAIN_URLS=()
+
 # bench ROW ARGS...: `seckill bench` pinned to the generator core, JSON kept as $WORK/ROW.json.
 bench() {
     local row=$1; shift
     echo "== $row (round $ROUND): seckill bench $*"
     echo "seckill bench $*" >"$WORK/$row.cmd"
-    local f="$WORK/$row.r$ROUND" rc=0 before
-    before=$(server_cpu)
+    local f="$WORK/$row.r$ROUND" rc=0 before rbefore
+    before=$(server_cpu); rbefore=$(redis_cpu)
     local pid=()
     [ -n "$SERVER" ] && pid=(--server-pid "$SERVER")
     taskset -c "$GEN_CPU" "$BIN" bench --threads 1 --json --progress never \
         --admin-token "$TOKEN" "${pid[@]}" "$@" >"$f.json" 2>"$f.err" || rc=$?
     echo "$before $(server_cpu)" >"$f.cpu"
+    [ ${#DRAIN_URLS[@]} -gt 0 ] && drained "${DRAIN_URLS[@]}"
+    [ -n "$rbefore" ] && echo "$rbefore $(redis_cpu)" >"$f.rcpu"
     echo "$rc" >"$f.rc"
     python3 - "$f.json" <<'EOF' || cat "$f.err"
 import json, sys
@@ -111,12 +135,14 @@ wrk_row() {
     local row=$1 url=$2
     echo "== $row (round $ROUND): wrk -t1 -c$CONNS -d$DURATION $url"
     echo "wrk -t1 -c$CONNS -d$DURATION --latency -s scripts/bench/wrk-claims.lua $url" >"$WORK/$row.cmd"
-    local f="$WORK/$row.r$ROUND" before
-    before=$(server_cpu)
+    local f="$WORK/$row.r$ROUND" before rbefore
+    before=$(server_cpu); rbefore=$(redis_cpu)
     # A fresh user range per run: wrk's Lua random generator starts from the same seed.
     taskset -c "$GEN_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
         -s scripts/bench/wrk-claims.lua "$url" -- "$ROUND$RANDOM" >"$f.wrk"
     echo "$before $(server_cpu)" >"$f.cpu"
+    [ ${#DRAIN_URLS[@]} -gt 0 ] && drained "${DRAIN_URLS[@]}"
+    [ -n "$rbefore" ] && echo "$rbefore $(redis_cpu)" >"$f.rcpu"
     grep -E 'Requests/sec|50%|99%' "$f.wrk" | tr -s ' \n' ' ' | sed 's/^/   /'; echo
 }
 
@@ -139,7 +165,7 @@ curl -sf -XPOST "$FULL_URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
 RPORT=$((20000 + RANDOM % 20000))
 taskset -c "$SERVER_CPU" redis-server --port "$RPORT" --save "" --appendonly no \
     >"$WORK/redis.log" 2>&1 &
-RPID=$!; PIDS+=("$RPID")
+REDIS_PID=$!; PIDS+=("$REDIS_PID")
 for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat scripts/bench/claim.lua)")
 redis-cli -p "$RPORT" HSET '{c:bench}:meta' status active remaining 1000000000 limit 1 >/dev/null
@@ -149,15 +175,49 @@ redis_ceiling() {
     echo "== redis_ceiling (round $ROUND): $RB_CMD"
     echo "$RB_CMD" >"$WORK/redis_ceiling.cmd"
     local before
-    SERVER=$RPID; before=$(server_cpu)
+    SERVER=$REDIS_PID; before=$(server_cpu)
     # shellcheck disable=SC2086
     taskset -c "$GEN_CPU" $RB_CMD >"$WORK/redis_ceiling.r$ROUND.csv"
     echo "$before $(server_cpu)" >"$WORK/redis_ceiling.r$ROUND.cpu"
+    cp "$WORK/redis_ceiling.r$ROUND.cpu" "$WORK/redis_ceiling.r$ROUND.rcpu"
     tail -1 "$WORK/redis_ceiling.r$ROUND.csv" | cut -d, -f2- | sed 's/^/   rps,avg,min,p50,p95,p99,max: /'
     # One more claim by a fresh user shows the script still sells (stock left, not erroring).
     redis-cli -p "$RPORT" EVALSHA "$SHA" 4 '{c:bench}:meta' '{c:bench}:users' '{c:bench}:seq' \
         '{c:bench}:orders' "check-$ROUND" 1 >"$WORK/redis_ceiling.r$ROUND.check"
 }
+
+# Seed 002's own script (4 commands: SISMEMBER, GET, DECRBY, SADD), the same way: the Redis
+# CPU per call it costs is what seckill's Redis CPU per won claim is compared with.
+SEED002_LUA=bench/peers/node-lua/seed002.lua
+SHA002=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat "$SEED002_LUA")")
+redis-cli -p "$RPORT" SET air_id:bench 1000000000000 >/dev/null
+RB002_CMD="redis-benchmark -p $RPORT -c 50 -P 1 -n $BENCH_REDIS_REQUESTS -r 1000000000 --csv EVALSHA $SHA002 1 user_id:__rand_int__ air_id:bench 1"
+seed002_ceiling() {
+    echo "== seed002_ceiling (round $ROUND): $RB002_CMD"
+    echo "$RB002_CMD" >"$WORK/seed002_ceiling.cmd"
+    local f="$WORK/seed002_ceiling.r$ROUND" before
+    SERVER=$REDIS_PID; before=$(server_cpu)
+    # shellcheck disable=SC2086
+    taskset -c "$GEN_CPU" $RB002_CMD >"$f.csv"
+    echo "$before $(server_cpu)" >"$f.cpu"
+    cp "$f.cpu" "$f.rcpu"
+    tail -1 "$f.csv" | cut -d, -f2- | sed 's/^/   rps,avg,min,p50,p95,p99,max: /'
+    redis-cli -p "$RPORT" EVALSHA "$SHA002" 1 "user_id:check-$ROUND" air_id:bench 1 >"$f.check"
+    sed -i 's/^1$/won/' "$f.check"
+}
+
+# The Node.js peer: seed 002's script behind a tiny ioredis HTTP server (bench/peers/node-lua),
+# what a user would write from seed 002; wrk storms it with the same claims as seckill.
+NODE_OK=0
+if command -v npm >/dev/null && (cd bench/peers/node-lua && npm ci --silent --no-audit --no-fund >/dev/null 2>&1); then
+    NPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    taskset -c "$SERVER_CPU" node bench/peers/node-lua/server.js "$NPORT" "$RPORT" air_id:bench \
+        >"$WORK/node_peer.log" 2>&1 &
+    NODE_PID=$!; PIDS+=("$NODE_PID")
+    for _ in $(seq 100); do grep -q listening "$WORK/node_peer.log" && break; sleep 0.05; done
+    grep -q listening "$WORK/node_peer.log" && NODE_OK=1
+fi
+[ "$NODE_OK" = 1 ] || skip node_peer_wrk "skipped: node/npm missing or the Node peer did not start (see bench/peers/node-lua)"
 
 # seckill on Redis, one and two instances, when this binary has the scale-out deployment.
 SCALE_OUT=0
@@ -173,8 +233,11 @@ if "$BIN" serve --help 2>/dev/null | grep -q -- '--redis'; then
     start redis_2 "$BIN" serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
         --redis "redis://127.0.0.1:$RPORT" --postgres "$PGURL"
     R2_URL=$URL
+    curl -sf -XPOST "$R1_URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
+        -H 'content-type: application/json' \
+        -d '{"id":"wrk-hot","stock":1000000000,"per_user_limit":1}' >/dev/null
 else
-    for r in redis_1_hot redis_1_seed002 redis_2_hot redis_2_seed002; do
+    for r in redis_1_hot redis_1_hot_wrk redis_1_seed002 redis_2_hot redis_2_seed002; do
         skip "$r" "skipped: this seckill binary is not built with scale-out (serve has no --redis)"
     done
 fi
@@ -199,18 +262,28 @@ done
 ROUND=1  # seed 002 with full verification, once per deployment
 SERVER=$FULL_PID
 bench embedded_full_seed002 --url "$FULL_URL" --scenario seed002
+RPID=$REDIS_PID  # from here on every row records redis-server's CPU too
 for ROUND in $(seq "$ROUNDS"); do
     redis_ceiling
+    seed002_ceiling
+    if [ "$NODE_OK" = 1 ]; then
+        SERVER=$NODE_PID
+        wrk_row node_peer_wrk "http://127.0.0.1:$NPORT/claims"
+    fi
     if [ "$SCALE_OUT" = 1 ]; then
+        DRAIN_URLS=("$R1_URL" "$R2_URL")
         SERVER=$R1_PID
+        wrk_row redis_1_hot_wrk "$R1_URL/v1/campaigns/wrk-hot/claims"
         bench redis_1_hot --url "$R1_URL" --scenario hot -z "$DURATION" -c "$CONNS"
         SERVER=
         bench redis_2_hot --url "$R1_URL,$R2_URL" --scenario hot -z "$DURATION" -c "$CONNS"
+        DRAIN_URLS=()
     fi
 done
 
 ROUND=1
 if [ "$SCALE_OUT" = 1 ]; then
+    DRAIN_URLS=("$R1_URL" "$R2_URL")
     SERVER=$R1_PID
     bench redis_1_seed002 --url "$R1_URL" --scenario seed002
     SERVER=

@@ -227,6 +227,41 @@ pub struct ScaleOutArgs {
 
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+
+    #[command(flatten)]
+    pub claim_batch: ClaimBatchArgs,
+}
+
+/// How concurrent claims on one campaign are gathered into one Redis call (group commit).
+#[derive(Debug, Clone, Args)]
+pub struct ClaimBatchArgs {
+    /// Most claims of one campaign decided by one Redis script call (1: a call per claim).
+    #[arg(long, env = "SECKILL_CLAIM_BATCH", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub claim_batch: u64,
+
+    /// Longest a claim waits, in microseconds, for its campaign's previous Redis call to
+    /// return so that the claims arriving meanwhile share its call (never when the campaign
+    /// has no call in flight).
+    #[arg(long, env = "SECKILL_CLAIM_BATCH_WAIT_US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub claim_batch_wait_us: u64,
+}
+
+impl Default for ClaimBatchArgs {
+    fn default() -> Self {
+        Self {
+            claim_batch: 128,
+            claim_batch_wait_us: 1000,
+        }
+    }
+}
+
+impl ClaimBatchArgs {
+    pub fn options(&self) -> crate::engine::redis::BatchOptions {
+        crate::engine::redis::BatchOptions {
+            max: self.claim_batch as usize,
+            wait: std::time::Duration::from_micros(self.claim_batch_wait_us),
+        }
+    }
 }
 
 impl ScaleOutArgs {

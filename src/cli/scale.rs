@@ -27,6 +27,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
         pipeline: s.pipeline.options(),
         stock_max_staleness: Duration::from_millis(s.stock_max_staleness_ms.max(1)),
         allow_redis_eviction: s.allow_redis_eviction,
+        claim_batch: s.claim_batch.options(),
         redis: redis.clone(),
     };
     let backend = ScaleOut::open(opts).await?;

@@ -1,7 +1,7 @@
 //! The one error type every backend returns; the HTTP layer maps it to status + JSON body.
 
 /// Why a request was not processed. Each variant maps to one stable `code` of the API contract.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// Malformed or out-of-range input (400 `invalid_request`).
     #[error("{0}")]

@@ -1,9 +1,11 @@
 //! The scale-out deployment: a Redis gate shared by many `seckill serve` instances, a
 //! PostgreSQL ledger, and the order stream between them.
 //!
-//! Each claim is one Lua script (`lua/claim.lua`) that decides with the same rules as the
-//! embedded engine and, when it wins, appends the order to the campaign's Redis Stream in the
-//! same atomic step; the answer goes out as soon as the script returns. The pipeline
+//! Each claim is decided by a Lua script with the same rules as the embedded engine and, when it
+//! wins, its order is appended to the campaign's Redis Stream in the same atomic step; the
+//! answer goes out as soon as the script returns. Concurrent claims on one campaign share one
+//! script call (`batch.rs`, `lua/claims.lua`), decided in arrival order exactly as the
+//! one-claim script (`lua/claim.lua`) decides each. The pipeline
 //! (`crate::pipeline`) moves stream entries into PostgreSQL. The ledger is the system of record
 //! for campaign definitions and admin changes: they are committed there first and then applied
 //! to Redis by guarded, idempotent scripts, so a process dying between the two writes leaves
@@ -19,6 +21,7 @@
 //! is served from it (`fresh.rs`).
 
 mod admin;
+mod batch;
 mod conn;
 mod fresh;
 mod keys;
@@ -37,12 +40,13 @@ use async_trait::async_trait;
 use redis::AsyncCommands;
 
 pub use admin::rebuild_from_ledger;
+pub use batch::{BatchClaim, BatchOptions, Batcher};
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
 pub use refuse::DEPENDENCY_GRACE;
-pub use scripts::Scripts;
+pub use scripts::{Claimed, Scripts};
 pub use settings::Watch as RedisSettings;
 pub use stock::StockKeeper;
 
@@ -55,7 +59,6 @@ use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
 use crate::pipeline::{self, PipelineOptions};
 use crate::supervise::Supervisor;
-use scripts::Claimed;
 
 /// Settings of the scale-out deployment.
 #[derive(Debug, Clone)]
@@ -74,16 +77,17 @@ pub struct ScaleOutOptions {
     pub stock_max_staleness: Duration,
     /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
     pub allow_redis_eviction: bool,
+    /// How concurrent claims on one campaign are gathered into one script call.
+    pub claim_batch: BatchOptions,
 }
 
 pub struct ScaleOut {
     redis: RedisConn,
-    /// The same connection for claims: sent only once Redis was checked (`fresh.rs`).
-    claims: RedisConn,
+    /// Claims, batched per campaign on the claim connection: the same connection, sent only
+    /// once Redis was checked (`fresh.rs`).
+    claims: Arc<Batcher>,
     ledger: Arc<PgLedger>,
     scripts: Arc<Scripts>,
-    idem_ttl_secs: u64,
-    idem_limits: crate::engine::IdemLimits,
     supervisor: Arc<Supervisor>,
     /// Supervised tasks without which claims are refused (see [`DEPENDENCY_GRACE`]).
     claim_depends: Vec<&'static str>,
@@ -130,13 +134,19 @@ impl ScaleOut {
         supervisor.spawn("redis-settings", move |_| {
             settings::recheck_loop(conn.clone(), watch.clone())
         });
+        let idem_ttl_secs = opts.idempotency_ttl.as_secs().max(24 * 3600);
+        let claims = Batcher::new(
+            redis.gated(),
+            scripts.clone(),
+            opts.claim_batch,
+            (idem_ttl_secs, opts.idempotency_limits),
+            CLAIM_TIMEOUT,
+        );
         let me = Arc::new_cyclic(|me| Self {
-            claims: redis.gated(),
+            claims,
             redis,
             ledger: ledger.clone(),
             scripts: scripts.clone(),
-            idem_ttl_secs: opts.idempotency_ttl.as_secs().max(24 * 3600),
-            idem_limits: opts.idempotency_limits,
             supervisor: supervisor.clone(),
             settings,
             claim_depends,
@@ -369,23 +379,15 @@ impl Backend for ScaleOut {
         let key = key.as_ref().map(IdempotencyKey::as_str);
         self.dependencies_up()?;
         for attempt in 0..2 {
-            let mut conn = self.claims.clone();
-            let script = self.scripts.claim(
-                &mut conn,
-                id,
-                &req.user_id,
-                req.qty,
-                key,
-                (self.idem_ttl_secs, &self.idem_limits),
-            );
+            let claim = self.claims.claim(id, &req.user_id, req.qty, key);
             // Bounded even while a connection is still reconnecting to an unreachable Redis.
-            let claimed = tokio::time::timeout(CLAIM_TIMEOUT, script)
+            let claimed = tokio::time::timeout(CLAIM_TIMEOUT, claim)
                 .await
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")))
-                .map_err(refuse::claim_failed(
-                    id,
-                    matches!(self.redis, RedisConn::Cluster(_)),
-                ))?;
+                .unwrap_or_else(|_| {
+                    Err(refuse::claim_failed(id, false)(anyhow::anyhow!(
+                        "no answer from Redis in time"
+                    )))
+                })?;
             match claimed {
                 Claimed::Answer(a) => {
                     self.note_stock(id, &req.user_id, &a).await;

@@ -14,6 +14,8 @@ use crate::engine::state::CampaignState;
 
 pub struct Scripts {
     claim: Script,
+    /// A batch of claims (`batch.rs`).
+    pub(super) claims: Script,
     install: Script,
     restock: Script,
     status: Script,
@@ -76,6 +78,7 @@ impl Default for Scripts {
     fn default() -> Self {
         Self {
             claim: Script::new(include_str!("lua/claim.lua")),
+            claims: Script::new(include_str!("lua/claims.lua")),
             install: Script::new(include_str!("lua/install.lua")),
             restock: Script::new(include_str!("lua/restock.lua")),
             status: Script::new(include_str!("lua/status.lua")),
@@ -91,6 +94,7 @@ impl Scripts {
     pub async fn load(&self, conn: &mut RedisConn) -> RedisResult<()> {
         for s in [
             &self.claim,
+            &self.claims,
             &self.install,
             &self.restock,
             &self.status,

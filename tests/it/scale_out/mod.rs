@@ -4,6 +4,7 @@
 //! a Cluster master), a Redis Cluster, poison orders, rebuilding the gate from the ledger, the
 //! rate limiter failing open, supervised background tasks dying, and Redis settings checks.
 
+mod batch;
 mod cancel;
 mod cluster;
 mod cluster_outage;

@@ -1,0 +1,145 @@
+-- claims.lua: a batch of claims on one campaign decided in one atomic step, in arrival order,
+-- each exactly as claim.lua decides one (status -> window -> allowance -> stock -> take; the
+-- same outcomes, codes, per-user limits and idempotency records), and each won order appended
+-- to the campaign's stream as its own entry in this same step. What a batch saves is the cost
+-- Redis pays per call (reading the request, looking the script up, writing the reply) and the
+-- per-claim reads and writes of the campaign's shared fields: the campaign is read once, the
+-- holdings of the batch's users in one HMGET, and remaining, hver, seq and the holdings are
+-- written once at the end. Deferring those writes is safe: Redis checks maxmemory only before
+-- a script's first write, so once an order is appended every later write of the batch succeeds.
+--
+-- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
+--                                 hver (holders version), fenced (fence.lua)
+-- KEYS[2] {c:<id>}:users   hash   user -> units held
+-- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
+-- KEYS[4] {c:<id>}:seq     string last order number
+-- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes)
+-- KEYS[6] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time
+--         bucket of ARGV[2] seconds (as in claim.lua)
+-- KEYS[7…] {c:<id>}:idem:…  the stored answers of the batch's claims that carry an
+--         Idempotency-Key, referenced by index from the claims below
+-- ARGV[1] retention in seconds of a won answer
+-- ARGV[2] retention in seconds of a rejection answer
+-- ARGV[3] most rejection answers kept per user (in this campaign)
+-- ARGV[4] most rejection answers kept per campaign
+-- ARGV[5…] three per claim, in arrival order: user id, qty (1 … 10^6, validated by the
+--         caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
+--
+-- Returns two items per claim, in order: tag and answer, as claim.lua returns for one claim
+-- ('new', 'replay', 'missing' or 'fenced'; the answer in claim.lua's line format).
+
+local function int(n) return string.format('%d', n) end
+local function answer(outcome, order_id, qty, remaining, held, codes)
+  local lines = {outcome, order_id or '', qty and int(qty) or '',
+                 remaining and int(remaining) or '', held and int(held) or ''}
+  if codes then
+    for i = 1, #codes do lines[#lines + 1] = codes[i] end
+  end
+  return table.concat(lines, '\n')
+end
+
+local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind',
+                    'id', 'fenced')
+local status = m[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local secs = tonumber(t[1])
+
+-- What every claim of the batch is answered when the campaign refuses them all alike.
+local shared = nil
+if status == 'paused' or status == 'closed' then shared = answer(status)
+elseif status and m[2] ~= '' and now < tonumber(m[2]) then shared = answer('not_started')
+elseif status and m[3] ~= '' and now >= tonumber(m[3]) then shared = answer('ended') end
+
+local n = (#ARGV - 4) / 3
+local held = {}
+if status and not m[8] and not shared and n > 0 then
+  local users = {}
+  for i = 0, n - 1 do users[#users + 1] = ARGV[5 + 3 * i] end
+  local h = redis.call('HMGET', KEYS[2], unpack(users))
+  for i = 1, #users do held[users[i]] = tonumber(h[i] or '0') end
+end
+
+local limit = tonumber(m[4])
+local remaining = tonumber(m[5])
+local seq = nil
+local wins = 0
+local changed = {}
+
+local function keep_rejection(idem, user, encoded)
+  local ttl = tonumber(ARGV[2])
+  local bucket = math.floor(secs / ttl)
+  local cur = KEYS[6] .. string.format('%d', bucket)
+  local prev = KEYS[6] .. string.format('%d', bucket - 1)
+  local c = redis.call('HMGET', cur, '', user)
+  local p = redis.call('HMGET', prev, '', user)
+  local all = tonumber(c[1] or '0') + tonumber(p[1] or '0')
+  local mine = tonumber(c[2] or '0') + tonumber(p[2] or '0')
+  if all >= tonumber(ARGV[4]) or mine >= tonumber(ARGV[3]) then return end
+  redis.call('SET', idem, encoded, 'EX', ttl)
+  redis.call('HINCRBY', cur, '', 1)
+  redis.call('HINCRBY', cur, user, 1)
+  redis.call('EXPIRE', cur, 2 * ttl)
+end
+
+local function decide(user, qty)
+  if shared then return shared, false end
+  local mine = held[user]
+  if mine >= limit then return answer('already_claimed', nil, nil, nil, mine), false end
+  if mine + qty > limit then return answer('over_limit', nil, nil, nil, mine), false end
+  if remaining < qty then return answer('sold_out', nil, nil, remaining), false end
+  remaining = remaining - qty
+  held[user] = mine + qty
+  changed[user] = true
+  wins = wins + 1
+  local codes = nil
+  if m[6] == 'codes' then codes = redis.call('LPOP', KEYS[3], qty) end
+  if not seq then seq = tonumber(redis.call('GET', KEYS[4]) or '0') end
+  seq = seq + 1
+  local order_id = m[7] .. '-' .. int(seq)
+  if codes then
+    redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
+               'at', int(now), 'codes', table.concat(codes, '\n'))
+  else
+    redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
+               'at', int(now))
+  end
+  return answer('won', order_id, qty, nil, nil, codes), true
+end
+
+local out = {}
+for i = 0, n - 1 do
+  local user, qty, k = ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])
+  local idem = nil
+  if k > 0 then idem = KEYS[k] end
+  local stored = idem and redis.call('GET', idem)
+  if stored then
+    out[#out + 1] = 'replay'; out[#out + 1] = stored
+  elseif not status then
+    out[#out + 1] = 'missing'; out[#out + 1] = ''
+  elseif m[8] then
+    out[#out + 1] = 'fenced'; out[#out + 1] = ''
+  else
+    local encoded, won = decide(user, qty)
+    if idem then
+      if won then
+        redis.call('SET', idem, encoded, 'EX', ARGV[1])
+      else
+        keep_rejection(idem, user, encoded)
+      end
+    end
+    out[#out + 1] = 'new'; out[#out + 1] = encoded
+  end
+end
+
+if wins > 0 then
+  local fields = {}
+  for user in pairs(changed) do
+    fields[#fields + 1] = user; fields[#fields + 1] = int(held[user])
+  end
+  redis.call('HSET', KEYS[2], unpack(fields))
+  redis.call('HSET', KEYS[1], 'remaining', int(remaining))
+  redis.call('HINCRBY', KEYS[1], 'hver', wins)
+  redis.call('SET', KEYS[4], int(seq))
+end
+return out
