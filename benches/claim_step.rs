@@ -14,6 +14,8 @@
 //!   (`Scripts::claim_batch`, what the engine's per-campaign batcher sends), and 128 claims
 //!   through the batcher itself from 128 tasks at once (`Batcher::claim`).
 //!   Needs `redis-server` on PATH (`apt-get install redis-server`); panics with that hint.
+//! - `claim_body/*`: a storm's claim body decoded by the claim route's hand-written parser
+//!   (`parse_claim_body`) and by the generic JSON decoder it falls back to.
 //!
 //! Run: `cargo bench --bench claim_step` (add `-- decide` to run one group).
 
@@ -262,5 +264,21 @@ fn redis(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decide, embedded, redis);
+/// The claim body of a storm, decoded by the hand-written parser of the claim route and by the
+/// generic JSON decoder it falls back to.
+fn claim_body(c: &mut Criterion) {
+    use seckill::http::claim_body::{parse_claim_body, parse_generic};
+    let body = br#"{"user_id":"w1234-56789","qty":1}"#;
+    let mut g = c.benchmark_group("claim_body");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("hand_written", |b| {
+        b.iter(|| parse_claim_body(std::hint::black_box(body)).unwrap())
+    });
+    g.bench_function("serde", |b| {
+        b.iter(|| parse_generic(std::hint::black_box(body)).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decide, embedded, redis, claim_body);
 criterion_main!(benches);

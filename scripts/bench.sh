@@ -160,6 +160,12 @@ NORMAL_URL=$URL; NORMAL_PID=$PID
 curl -sf -XPOST "$FULL_URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
     -H 'content-type: application/json' \
     -d '{"id":"wrk-hot","stock":1000000000,"per_user_limit":1}' >/dev/null
+# A sold-out campaign for wrk's rejection row: one unit, claimed once before the storm.
+curl -sf -XPOST "$FULL_URL/v1/campaigns" -H "authorization: Bearer $TOKEN" \
+    -H 'content-type: application/json' \
+    -d '{"id":"wrk-gone","stock":1,"per_user_limit":1}' >/dev/null
+curl -sf -XPOST "$FULL_URL/v1/campaigns/wrk-gone/claims" -H 'content-type: application/json' \
+    -d '{"user_id":"first"}' | grep -q '"won"'
 
 # Redis ceiling: redis-benchmark EVALSHA of scripts/bench/claim.lua, 50 clients, no pipelining.
 RPORT=$((20000 + RANDOM % 20000))
@@ -256,6 +262,7 @@ for ROUND in $(seq "$ROUNDS"); do
     bench embedded_full_hot --url "$FULL_URL" --scenario hot -z "$DURATION" -c "$CONNS"
     wrk_row embedded_full_hot_wrk "$FULL_URL/v1/campaigns/wrk-hot/claims"
     bench embedded_full_soldout --url "$FULL_URL" --scenario soldout -z "$DURATION" -c "$CONNS"
+    wrk_row embedded_full_soldout_wrk "$FULL_URL/v1/campaigns/wrk-gone/claims"
     SERVER=$NORMAL_PID
     bench embedded_normal_hot --url "$NORMAL_URL" --scenario hot -z "$DURATION" -c "$CONNS"
 done

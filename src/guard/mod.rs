@@ -168,6 +168,9 @@ impl Guards {
         global: Option<Rate>,
         local: Option<Rate>,
     ) -> Result<(), Limited> {
+        if local.is_none() && global.is_none() {
+            return Ok(()); // the common case: no allocation, no limiter call
+        }
         let mut checks: Vec<Check<'_>> = Vec::with_capacity(2);
         if let Some(rate) = local {
             checks.push(Check {
@@ -182,9 +185,6 @@ impl Guards {
                 subject,
                 rate,
             });
-        }
-        if checks.is_empty() {
-            return Ok(());
         }
         let result = self.limiter.acquire(&checks).await;
         if let Err(limited) = &result {

@@ -24,7 +24,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
-fn json_rejection(r: JsonRejection) -> ApiError {
+/// A JSON extractor's rejection in the API's error format (413, 408 or 400 with the cause).
+pub(super) fn json_rejection(r: JsonRejection) -> ApiError {
     if super::timed_body::is_timeout(&r) {
         return ApiError::new(
             StatusCode::REQUEST_TIMEOUT,

@@ -2,19 +2,23 @@
 //! metrics) and the shedding middleware, with the guards' refusals in the API's error format.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::Bytes;
 
+use super::claim_body::parse_claim_body;
 use super::error::ApiError;
-use super::extract::{Admin, Body, IdemHeader, PathArg};
+use super::extract::{json_rejection, Admin, Body, IdemHeader, PathArg};
 use super::AppState;
-use crate::domain::{CampaignLimits, ClaimAnswer, ClaimRequest, Outcome};
+use crate::domain::{CampaignLimits, ClaimRequest};
 use crate::guard::identity::{self, IdentityError};
 use crate::guard::rate::Limited;
 
@@ -78,21 +82,51 @@ fn unauthorized(e: IdentityError) -> ApiError {
 }
 
 /// `POST /v1/campaigns/{id}/claims` through every guard (order documented in `crate::guard`).
-pub async fn claim(
-    State(app): State<AppState>,
-    PathArg(id): PathArg<String>,
-    IdemHeader(key): IdemHeader,
-    ClientIp(ip): ClientIp,
-    req: Request,
-) -> Result<Json<ClaimAnswer>, ApiError> {
+///
+/// This is the storm path: a refusal here must cost about what a trivial handler costs. So the
+/// claim route sheds inline instead of through a middleware (no boxed inner service cloned per
+/// request), arms the request timeout only when the answer is not immediate, parses the common
+/// body by hand ([`parse_claim_body`]), skips guards with nothing configured before they
+/// allocate, and answers the fast path's `sold_out` with constant bytes.
+pub async fn claim(State(app): State<AppState>, req: Request) -> Response {
+    use std::sync::atomic::Ordering::Relaxed;
     let g = &app.guards;
-    let reached = req.extensions().get::<ReachedEngine>().cloned();
+    let Some(_place) = g.shed.try_enter() else {
+        g.metrics.shed.fetch_add(1, Relaxed);
+        return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
+    };
+    let reached = AtomicBool::new(false);
+    match within(g.shed.timeout, decide(&app, req, &reached)).await {
+        Some(Ok(resp)) => resp,
+        Some(Err(e)) => e.into_response(),
+        None => timed_out(&app, reached.load(Relaxed)),
+    }
+}
+
+/// `fut`'s output, or `None` when it has not finished within `limit`. A future that is ready
+/// at its first poll (every refusal from memory) never arms a timer.
+async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    if let std::task::Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+        return Some(out);
+    }
+    tokio::time::timeout(limit, fut).await.ok()
+}
+
+/// The claim's guards and engine call, once it holds a shedding place.
+async fn decide(app: &AppState, req: Request, reached: &AtomicBool) -> Result<Response, ApiError> {
+    let (mut parts, body) = req.into_parts();
+    let PathArg(id) = PathArg::<String>::from_request_parts(&mut parts, app).await?;
+    let IdemHeader(key) = IdemHeader::from_request_parts(&mut parts, app).await?;
+    let ClientIp(ip) = ClientIp::from_request_parts(&mut parts, app).await?;
+    let req = Request::from_parts(parts, body);
+    let g = &app.guards;
     g.limit_ip(&id, ip).await.map_err(rate_limited)?;
     let token = req
         .headers()
         .get(identity::HEADER)
         .map(|v| v.to_str().map(str::to_owned));
-    let Body(body) = Body::<ClaimRequest>::from_request(req, &app).await?;
+    let body = claim_body(req, app).await?;
     body.validate()?;
     if let Some(verifier) = &g.identity {
         let checked = match token {
@@ -111,26 +145,48 @@ pub async fn claim(
         .await
         .map_err(rate_limited)?;
     if g.sold_out_fast(&id, &body.user_id, body.qty, key.is_some()) {
-        return Ok(Json(ClaimAnswer {
-            remaining: Some(0),
-            ..ClaimAnswer::bare(Outcome::SoldOut)
-        }));
+        return Ok(sold_out_answer());
     }
     let _place = g.admit(&id).map_err(|_| {
         ApiError::overloaded("too many claims of this campaign are being decided; retry shortly")
     })?;
-    if let Some(reached) = &reached {
-        reached.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    Ok(Json(app.backend.claim(&id, body, key).await?))
+    reached.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(Json(app.backend.claim(&id, body, key).await?).into_response())
 }
 
-/// Set by the claim handler when the claim is handed to the engine: from then on a request
-/// timeout can no longer say the claim was refused before processing.
-#[derive(Clone, Default)]
-pub struct ReachedEngine(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// The claim body: read in full (body limit and timeout as every route) and decoded. Only an
+/// exact `application/json` content type takes the hand-written parser; any other value goes
+/// through the generic extractor, which accepts or refuses it with its usual message.
+async fn claim_body(req: Request, app: &AppState) -> Result<ClaimRequest, ApiError> {
+    let plain = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !plain {
+        let Body(body) = Body::<ClaimRequest>::from_request(req, app).await?;
+        return Ok(body);
+    }
+    let bytes = Bytes::from_request(req, app)
+        .await
+        .map_err(|r| json_rejection(JsonRejection::from(r)))?;
+    parse_claim_body(&bytes)
+}
 
-/// Global bound on public requests in flight, and the request timeout (`crate::guard::shed`).
+/// The JSON of the fast path's answer; equal to serialising its [`ClaimAnswer`] (tested).
+const SOLD_OUT_JSON: &[u8] = br#"{"outcome":"sold_out","remaining":0}"#;
+
+/// 200 `sold_out` with `remaining: 0`, the same bytes and headers as the engine's answer.
+fn sold_out_answer() -> Response {
+    let mut resp = Response::new(axum::body::Body::from(Bytes::from_static(SOLD_OUT_JSON)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Global bound on public requests in flight, and the request timeout (`crate::guard::shed`),
+/// for the public routes other than claims (which shed inline, see [`claim`]).
 pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let g = &app.guards;
@@ -138,30 +194,34 @@ pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Resp
         g.metrics.shed.fetch_add(1, Relaxed);
         return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
     };
-    let reached = ReachedEngine::default();
-    let mut req = req;
-    req.extensions_mut().insert(reached.clone());
-    match tokio::time::timeout(g.shed.timeout, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => {
-            g.metrics.timeouts.fetch_add(1, Relaxed);
-            let limit = g.shed.timeout.max(Duration::from_millis(1));
-            if reached.0.load(Relaxed) {
-                // The engine may have decided it (claims are cancel-safe: the decision stands
-                // and its Idempotency-Key replays it), so "refused before processing" would lie.
-                let e = crate::domain::Error::OutcomeUnknown(format!(
-                    "no answer within {limit:?} after the claim reached the engine; it may or \
-                     may not have been processed: retry with the same Idempotency-Key to learn \
-                     its outcome"
-                ));
-                return ApiError::from(e).into_response();
-            }
-            ApiError::overloaded(format!(
-                "no answer within {limit:?}; the claim was not processed, retry later"
-            ))
-            .into_response()
-        }
+    match within(g.shed.timeout, next.run(req)).await {
+        Some(resp) => resp,
+        None => timed_out(&app, false),
     }
+}
+
+/// The 503 of a request that found no answer within the request timeout. `reached`: the claim
+/// was handed to the engine, so it may have been decided.
+fn timed_out(app: &AppState, reached: bool) -> Response {
+    let g = &app.guards;
+    g.metrics
+        .timeouts
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let limit = g.shed.timeout.max(Duration::from_millis(1));
+    if reached {
+        // The engine may have decided it (claims are cancel-safe: the decision stands
+        // and its Idempotency-Key replays it), so "refused before processing" would lie.
+        let e = crate::domain::Error::OutcomeUnknown(format!(
+            "no answer within {limit:?} after the claim reached the engine; it may or \
+             may not have been processed: retry with the same Idempotency-Key to learn \
+             its outcome"
+        ));
+        return ApiError::from(e).into_response();
+    }
+    ApiError::overloaded(format!(
+        "no answer within {limit:?}; the claim was not processed, retry later"
+    ))
+    .into_response()
 }
 
 /// `GET /v1/campaigns/{id}/limits` (admin): the campaign's own limits.
@@ -204,4 +264,23 @@ pub async fn metrics(_: Admin, State(app): State<AppState>) -> impl IntoResponse
         )],
         app.guards.render_metrics() + &app.backend.metrics(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{ClaimAnswer, Outcome};
+
+    #[test]
+    fn the_constant_sold_out_is_the_engines_answer() {
+        let answer = ClaimAnswer {
+            remaining: Some(0),
+            ..ClaimAnswer::bare(Outcome::SoldOut)
+        };
+        assert_eq!(serde_json::to_vec(&answer).unwrap(), SOLD_OUT_JSON);
+        let resp = sold_out_answer();
+        let json = Json(answer).into_response();
+        assert_eq!(resp.status(), json.status());
+        assert_eq!(resp.headers(), json.headers());
+    }
 }

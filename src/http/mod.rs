@@ -7,6 +7,7 @@
 //! listeners until a shutdown future resolves, lets in-flight requests finish and flushes the
 //! backend; the connections themselves are accepted and bounded by [`listener`].
 
+pub mod claim_body;
 mod error;
 mod extract;
 pub mod fd_limit;
@@ -123,13 +124,16 @@ pub fn routers(
         guards,
         locks,
     };
+    // Claims shed inline (the storm path); the campaign view through the middleware.
     let public = Router::new()
-        .route("/v1/campaigns/{id}", get(get_campaign))
-        .route("/v1/campaigns/{id}/claims", post(guarded::claim))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            guarded::shed,
-        ));
+        .route(
+            "/v1/campaigns/{id}",
+            get(get_campaign).layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                guarded::shed,
+            )),
+        )
+        .route("/v1/campaigns/{id}/claims", post(guarded::claim));
     let admin = Router::new()
         .route("/v1/campaigns", post(create_campaign).layer(big))
         .route("/v1/campaigns/{id}/restock", post(restock).layer(big))

@@ -21,7 +21,11 @@ pub struct BodyTimedOut(pub Duration);
 
 pub struct TimedBody {
     inner: Incoming,
-    deadline: Pin<Box<Sleep>>,
+    /// When the body must be complete.
+    due: tokio::time::Instant,
+    /// The timer, armed only the first time the body is not already there: a claim's small
+    /// body usually arrives with its head, and then no timer is ever created.
+    deadline: Option<Pin<Box<Sleep>>>,
     limit: Duration,
 }
 
@@ -29,7 +33,8 @@ impl TimedBody {
     pub fn new(inner: Incoming, limit: Duration) -> Self {
         Self {
             inner,
-            deadline: Box::pin(tokio::time::sleep(limit)),
+            due: tokio::time::Instant::now() + limit,
+            deadline: None,
             limit,
         }
     }
@@ -46,7 +51,11 @@ impl Body for TimedBody {
         if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        match self.deadline.as_mut().poll(cx) {
+        let due = self.due;
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        match deadline.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut(self.limit).into()))),
             Poll::Pending => Poll::Pending,
         }

@@ -14,6 +14,13 @@
 //! connection cap needs room). hyper's own `header_read_timeout` is not used: it also runs
 //! while a keep-alive connection waits for its next request, so idle and head timeouts could
 //! not be set apart.
+//!
+//! A keep-alive connection in a claim storm changes phase three times per request, so the
+//! clock must not cost a timer per request. The watcher keeps one timer armed at a deadline
+//! that is never later than the real one; a phase change wakes it only when it moves the real
+//! deadline *earlier* than the armed one (an eviction, a head after a long idle). Otherwise the
+//! timer fires at the armed time, finds the real deadline later, and re-arms once: at most one
+//! timer operation per timeout period and connection, whatever the request rate.
 
 use std::io;
 use std::pin::Pin;
@@ -43,8 +50,14 @@ pub enum Expired {
     Evicted,
 }
 
+struct State {
+    phase: Phase,
+    /// When the watcher's timer fires; `None` while it waits without one (a busy connection).
+    armed: Option<Instant>,
+}
+
 pub struct Clock {
-    phase: Mutex<Phase>,
+    state: Mutex<State>,
     changed: Notify,
     head: Duration,
     idle: Duration,
@@ -54,85 +67,111 @@ impl Clock {
     /// A clock for a connection accepted now: idle until its first byte.
     pub fn new(head: Duration, idle: Duration) -> Arc<Self> {
         Arc::new(Self {
-            phase: Mutex::new(Phase::Idle(Instant::now())),
+            state: Mutex::new(State {
+                phase: Phase::Idle(Instant::now()),
+                armed: None,
+            }),
             changed: Notify::new(),
             head,
             idle,
         })
     }
 
+    /// Enters `phase`; wakes the watcher only if the deadline moved before its armed timer.
+    fn set(&self, st: &mut State, phase: Phase) -> bool {
+        st.phase = phase;
+        match (self.deadline_of(phase), st.armed) {
+            (Some((at, _)), Some(armed)) if at >= armed => false,
+            (None, _) => false,
+            _ => true,
+        }
+    }
+
     /// Bytes arrived: on an idle connection they start the next request's head.
     fn saw_bytes(&self) {
-        let mut p = self.phase.lock();
-        if let Phase::Idle(_) = *p {
-            *p = Phase::Head(Instant::now());
-            drop(p);
-            self.changed.notify_one();
+        let mut st = self.state.lock();
+        if let Phase::Idle(_) = st.phase {
+            let wake = self.set(&mut st, Phase::Head(Instant::now()));
+            drop(st);
+            if wake {
+                self.changed.notify_one();
+            }
         }
     }
 
     /// A request head is complete; the returned guard ends the request when dropped (hyper
     /// drops the response body once it is written, or the connection with it).
     pub fn begin(self: &Arc<Self>) -> InFlight {
-        let mut p = self.phase.lock();
-        *p = match *p {
+        let mut st = self.state.lock();
+        let phase = match st.phase {
             Phase::Busy(n) => Phase::Busy(n + 1),
             Phase::Evicted => Phase::Evicted,
             _ => Phase::Busy(1),
         };
+        st.phase = phase; // no deadline while busy: the armed timer, if any, finds that out
         InFlight(self.clone())
     }
 
     fn end(&self) {
-        let mut p = self.phase.lock();
-        if let Phase::Busy(n) = *p {
-            *p = if n > 1 {
-                Phase::Busy(n - 1)
-            } else {
-                Phase::Idle(Instant::now())
-            };
+        let mut st = self.state.lock();
+        let wake = match st.phase {
+            Phase::Busy(n) if n > 1 => self.set(&mut st, Phase::Busy(n - 1)),
+            Phase::Busy(_) => self.set(&mut st, Phase::Idle(Instant::now())),
+            _ => false,
+        };
+        drop(st);
+        if wake {
+            self.changed.notify_one();
         }
-        drop(p);
-        self.changed.notify_one();
     }
 
     /// Closes the connection if no request has been in progress on it for `min_wait`; false
     /// if one is, or the connection is younger than that.
     pub fn evict(&self, min_wait: Duration) -> bool {
-        let mut p = self.phase.lock();
-        match *p {
+        let mut st = self.state.lock();
+        match st.phase {
             Phase::Head(since) | Phase::Idle(since) if since.elapsed() >= min_wait => {}
             _ => return false,
         }
-        *p = Phase::Evicted;
-        drop(p);
+        st.phase = Phase::Evicted;
+        drop(st);
         self.changed.notify_one();
         true
     }
 
-    fn deadline(&self) -> Option<(Instant, Expired)> {
-        match *self.phase.lock() {
+    fn deadline_of(&self, phase: Phase) -> Option<(Instant, Expired)> {
+        match phase {
             Phase::Evicted => Some((Instant::now(), Expired::Evicted)),
             Phase::Head(since) => Some((since + self.head, Expired::Head)),
             Phase::Idle(since) => Some((since + self.idle, Expired::Idle)),
             Phase::Busy(_) => None,
         }
     }
+
+    /// The current deadline, recorded as the one the watcher arms.
+    fn arm(&self) -> Option<(Instant, Expired)> {
+        let mut st = self.state.lock();
+        let d = self.deadline_of(st.phase);
+        st.armed = d.map(|(at, _)| at);
+        d
+    }
 }
 
 /// Resolves when the connection's current phase outlives its timeout.
 pub async fn watch(clock: Arc<Clock>) -> Expired {
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
     loop {
         let changed = clock.changed.notified();
-        match clock.deadline() {
+        match clock.arm() {
             None => changed.await,
             Some((at, why)) => {
+                if at <= Instant::now() {
+                    return why;
+                }
+                timer.as_mut().reset(at);
                 tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {
-                        if matches!(clock.deadline(), Some((now_at, _)) if now_at <= Instant::now()) {
-                            return why;
-                        }
-                    }
+                    _ = timer.as_mut() => {}
                     _ = changed => {}
                 }
             }
@@ -232,6 +271,28 @@ mod tests {
         drop(req);
         assert_eq!(w.await.unwrap(), Expired::Idle);
         assert_eq!(t1.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_of_requests_never_trips_the_lazily_armed_timer() {
+        let clock = Clock::new(Duration::from_secs(2), Duration::from_secs(5));
+        let w = tokio::spawn(watch(clock.clone()));
+        // 20 s of back-to-back requests, each 1 ms: ten head periods, four idle periods.
+        for _ in 0..10_000 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            clock.saw_bytes();
+            let req = clock.begin();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            drop(req);
+            assert!(!w.is_finished(), "expired while requests kept coming");
+        }
+        let t1 = Instant::now();
+        assert_eq!(w.await.unwrap(), Expired::Idle);
+        assert_eq!(
+            t1.elapsed(),
+            Duration::from_secs(5),
+            "idle counted from the last answer"
+        );
     }
 
     #[tokio::test(start_paused = true)]

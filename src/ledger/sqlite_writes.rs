@@ -9,11 +9,28 @@ use super::rows::{self, micros};
 use super::{IdemRecord, LedgerWrite};
 use crate::domain::Order;
 
-/// Rows per multi-row INSERT: 8 columns × 1000 stays below SQLite's 32,766 bound parameters.
+/// Rows per multi-row INSERT of codes: 3 columns × 2000 stays below SQLite's 32,766 bound
+/// parameters.
 const ROWS_PER_INSERT: usize = 1000;
 
+/// The row counts of the multi-row INSERTs of orders and idempotency answers, largest first.
+/// A batch of any size is cut into these few shapes, so each statement is prepared once per
+/// connection and found in sqlx's statement cache afterwards; with one statement per batch
+/// size, most group commits of a storm re-prepared their INSERT.
+const SHAPES: [usize; 5] = [256, 64, 16, 4, 1];
+
+/// `rows` cut greedily into chunks whose lengths are all in [`SHAPES`].
+fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        let n = SHAPES.into_iter().find(|&n| n <= rows.len())?;
+        let (head, tail) = rows.split_at(n);
+        rows = tail;
+        Some(head)
+    })
+}
+
 async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
-    for chunk in orders.chunks(ROWS_PER_INSERT) {
+    for chunk in shaped(orders) {
         let mut qb = QueryBuilder::<Sqlite>::new(
             "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
         );
@@ -33,7 +50,7 @@ async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow
 }
 
 async fn insert_idem(conn: &mut SqliteConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
-    for chunk in recs.chunks(ROWS_PER_INSERT) {
+    for chunk in shaped(recs) {
         let mut qb = QueryBuilder::<Sqlite>::new(
             "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at) ",
         );
@@ -196,4 +213,20 @@ pub(super) async fn write_batch(
     }
     insert_orders(conn, &orders).await?;
     insert_idem(conn, &idem).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_fixed_shapes_in_order() {
+        for n in [0usize, 1, 3, 4, 5, 63, 64, 255, 256, 257, 300, 1000, 4096] {
+            let rows: Vec<usize> = (0..n).collect();
+            let chunks: Vec<&[usize]> = shaped(&rows).collect();
+            assert!(chunks.iter().all(|c| SHAPES.contains(&c.len())), "{n}");
+            assert_eq!(chunks.concat(), rows, "{n}: every row once, in order");
+            assert!(chunks.len() <= n / 256 + 3 * 4, "{n}: few statements");
+        }
+    }
 }
