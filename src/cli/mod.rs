@@ -2,6 +2,7 @@
 
 mod baseline;
 mod bench;
+mod chaos;
 mod demo;
 mod scale;
 mod serve;
@@ -39,6 +40,9 @@ enum Command {
     Worker(crate::config::WorkerConfig),
     /// Storm a running deployment, report throughput and latency, verify every invariant.
     Bench(Box<crate::bench::BenchOpts>),
+    /// Run randomized fault schedules (kills, freezes, outages, a full disk) against real
+    /// embedded and scale-out deployments under a mixed storm, and check every invariant.
+    Chaos(Box<crate::chaos::ChaosOpts>),
     /// Serve a trivial handler: the HTTP ceiling `scripts/bench.sh` compares seckill with.
     #[command(hide = true)]
     Baseline(baseline::BaselineOpts),
@@ -53,7 +57,11 @@ pub fn main() -> ExitCode {
     let json_logs = match &command {
         Command::Serve(c) => c.log_json,
         Command::Worker(c) => c.log_json,
-        Command::Demo(_) | Command::SignUser(_) | Command::Bench(_) | Command::Baseline(_) => false,
+        Command::Demo(_)
+        | Command::SignUser(_)
+        | Command::Bench(_)
+        | Command::Chaos(_)
+        | Command::Baseline(_) => false,
     };
     crate::telemetry::init(json_logs);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -76,6 +84,7 @@ pub fn main() -> ExitCode {
             Command::SignUser(opts) => sign_user::run(opts),
             Command::Worker(cfg) => scale::run_worker(cfg).await,
             Command::Bench(opts) => bench::run(*opts).await,
+            Command::Chaos(opts) => chaos::run(*opts).await,
             Command::Baseline(opts) => baseline::run(opts).await,
         }
     });

@@ -1,0 +1,411 @@
+//! One deployment of seckill on this machine, made of real processes the nemesis can hit.
+//!
+//! - **embedded**: one `seckill serve` (this very binary, `std::env::current_exe`) on a SQLite
+//!   data directory in a temp dir, started with the `SECKILL_FAULTS` hook `disk_full_while`
+//!   so the nemesis can make its disk full (every batch fails as `SQLITE_FULL`) and free it;
+//! - **scale-out**: redis-server with AOF (`appendfsync always`, or `everysec` to measure that
+//!   trade-off), a throwaway PostgreSQL (`initdb` in a temp dir), instance 0 serving with
+//!   `--no-worker`, instance 1 serving with its own pipeline consumer, and a `seckill worker`:
+//!   two consumers, so a frozen one has its pending orders reclaimed by the other and then
+//!   wakes up believing they are still its own.
+//!
+//! Every process keeps its port and directory across restarts, as a supervisor would.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use tokio::sync::Mutex;
+
+use super::procs::{find_binary, free_port, listening, log_tail, postgres_user, wait_ready};
+use super::procs::{Proc, Spec};
+use super::schedule::{Deployment, Target};
+
+pub const ADMIN_TOKEN: &str = "chaos-admin-token";
+
+/// Orders left unacknowledged this long by a consumer are taken over by the other one.
+pub const RECLAIM_AFTER_MS: u64 = 2_000;
+
+/// Redis's AOF fsync policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fsync {
+    Always,
+    Everysec,
+}
+
+pub struct Cluster {
+    pub deployment: Deployment,
+    /// Each process behind its own lock: faults on one process apply one after the other,
+    /// faults on different processes overlap.
+    procs: BTreeMap<Target, Mutex<Option<Proc>>>,
+    pub ports: Vec<u16>,
+    pub redis_port: u16,
+    pub pg_port: u16,
+    /// Embedded: the SQLite ledger file.
+    pub sqlite: Option<PathBuf>,
+    /// Embedded: while this file exists, the ledger's disk is full.
+    pub disk_full_flag: PathBuf,
+    /// Scale-out: the PostgreSQL ledger.
+    pub pg_url: Option<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(deployment: Deployment, fsync: Fsync) -> anyhow::Result<Cluster> {
+        let exe = std::env::current_exe().context("the seckill binary's path")?;
+        // As root, PostgreSQL runs as `postgres`, which must reach its directory: /tmp is
+        // world-traversable whatever TMPDIR says.
+        let dir = tempfile::Builder::new()
+            .prefix("seckill-chaos")
+            .tempdir_in("/tmp")?;
+        let flag = dir.path().join("disk-full");
+        let mut c = Cluster {
+            deployment,
+            procs: BTreeMap::new(),
+            ports: Vec::new(),
+            redis_port: 0,
+            pg_port: 0,
+            sqlite: None,
+            disk_full_flag: flag.clone(),
+            pg_url: None,
+            dir,
+        };
+        let root = c.dir.path().to_owned();
+        let add = |c: &mut Cluster, t: Target, spec: Spec| {
+            c.procs.insert(t, Mutex::new(Some(Proc::new(spec))));
+        };
+        let base = |name: &str, args: Vec<String>, env: Vec<(String, String)>| Spec {
+            name: name.to_owned(),
+            program: exe.clone(),
+            args,
+            env,
+            user: None,
+            log: root.join(format!("{name}.log")),
+        };
+        let token = ("SECKILL_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
+        match deployment {
+            Deployment::Embedded => {
+                let data = root.join("data");
+                let port = free_port()?;
+                let args = vec![
+                    "serve".into(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--data".into(),
+                    data.display().to_string(),
+                ];
+                let faults = (
+                    "SECKILL_FAULTS".to_owned(),
+                    format!("disk_full_while={}", flag.display()),
+                );
+                add(
+                    &mut c,
+                    Target::Instance(0),
+                    base("instance-0", args, vec![token, faults]),
+                );
+                c.procs.insert(Target::Disk, Mutex::new(None));
+                c.ports.push(port);
+                c.sqlite = Some(data.join("seckill.db"));
+            }
+            Deployment::ScaleOut => {
+                c.redis_port = free_port()?;
+                let spec = redis_spec(&root, c.redis_port, fsync)?;
+                add(&mut c, Target::Redis, spec);
+                c.pg_port = free_port()?;
+                let spec = postgres_spec(&root, c.pg_port)?;
+                add(&mut c, Target::Postgres, spec);
+                let redis = format!("redis://127.0.0.1:{}", c.redis_port);
+                let pg = format!("postgres://postgres@127.0.0.1:{}/seckill", c.pg_port);
+                c.pg_url = Some(pg.clone());
+                let common = |extra: &[&str]| {
+                    let mut v: Vec<String> = vec![
+                        "--redis".into(),
+                        redis.clone(),
+                        "--postgres".into(),
+                        pg.clone(),
+                        "--reclaim-after-ms".into(),
+                        RECLAIM_AFTER_MS.to_string(),
+                    ];
+                    v.extend(extra.iter().map(|s| s.to_string()));
+                    v
+                };
+                for i in 0..2u8 {
+                    let port = free_port()?;
+                    let listen = format!("127.0.0.1:{port}");
+                    let mut args = vec!["serve".to_owned(), "--listen".to_owned(), listen];
+                    args.extend(common(if i == 0 { &["--no-worker"] } else { &[] }));
+                    let spec = base(&format!("instance-{i}"), args, vec![token.clone()]);
+                    add(&mut c, Target::Instance(i), spec);
+                    c.ports.push(port);
+                }
+                let mut args = vec!["worker".to_owned()];
+                args.extend(common(&[]));
+                add(&mut c, Target::Worker, base("worker", args, vec![]));
+            }
+        }
+        for t in c.targets() {
+            c.start_target(t).await?;
+        }
+        Ok(c)
+    }
+
+    /// The processes, in the order they start.
+    pub fn targets(&self) -> Vec<Target> {
+        match self.deployment {
+            Deployment::Embedded => vec![Target::Instance(0)],
+            Deployment::ScaleOut => vec![
+                Target::Redis,
+                Target::Postgres,
+                Target::Instance(0),
+                Target::Instance(1),
+                Target::Worker,
+            ],
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// The lock of a target's process (None inside for the disk).
+    pub fn slot(&self, t: Target) -> &Mutex<Option<Proc>> {
+        &self.procs[&t]
+    }
+
+    /// Starts a process that is not running and waits until it serves.
+    pub async fn start_target(&self, t: Target) -> anyhow::Result<()> {
+        let mut slot = self.slot(t).lock().await;
+        match slot.as_mut() {
+            Some(p) => self.start_proc(t, p).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts `p` (the process of `t`, whose lock the caller holds) if it is not running.
+    pub async fn start_proc(&self, t: Target, p: &mut Proc) -> anyhow::Result<()> {
+        p.thaw();
+        if p.is_running() {
+            return Ok(());
+        }
+        let port = match t {
+            Target::Instance(i) => self.ports[i as usize],
+            _ => 0,
+        };
+        let (redis_port, pg_port) = (self.redis_port, self.pg_port);
+        let limit = Duration::from_secs(120);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            p.start()?;
+            let ready = match t {
+                Target::Instance(_) => wait_ready(&t.to_string(), limit, || serving(port)).await,
+                Target::Redis => {
+                    wait_ready("redis-server", limit, || redis_ready(redis_port)).await
+                }
+                Target::Postgres => {
+                    match wait_ready("PostgreSQL", limit, || listening(pg_port)).await {
+                        Ok(()) => create_db(pg_port).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                // The worker has no port. One that cannot start exits, which the
+                // casualty check reports.
+                Target::Worker | Target::Disk => Ok(()),
+            };
+            match ready {
+                Ok(()) => return Ok(()),
+                // A killed PostgreSQL's backends may still hold its shared memory for a
+                // moment: the new postmaster exits at once; try again.
+                Err(_) if attempt < 5 && p.exited_by_itself().is_some() => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("{t}'s log ends with:\n{}", log_tail(&p.spec.log, 20))
+                    })
+                }
+            }
+        }
+    }
+
+    /// Processes that died without the nemesis killing them: each is a finding.
+    pub async fn casualties(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (t, slot) in &self.procs {
+            if let Some(p) = slot.lock().await.as_mut() {
+                if let Some(status) = p.exited_by_itself() {
+                    out.push(format!(
+                        "{t} exited by itself ({status}); its log ends with:\n{}",
+                        log_tail(&p.spec.log, 15)
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every process running and thawed, the disk freed.
+    pub async fn heal(&self) -> anyhow::Result<()> {
+        let _ = std::fs::remove_file(&self.disk_full_flag);
+        for t in self.targets() {
+            self.start_target(t).await?;
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// An HTTP answer (any status) from `/healthz`.
+async fn serving(port: u16) -> bool {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .is_ok()
+}
+
+async fn redis_ready(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    // PING answers LOADING while the AOF is replayed.
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .is_ok()
+}
+
+fn redis_spec(root: &Path, port: u16, fsync: Fsync) -> anyhow::Result<Spec> {
+    let dir = root.join("redis");
+    std::fs::create_dir_all(&dir)?;
+    let fsync = match fsync {
+        Fsync::Always => "always",
+        Fsync::Everysec => "everysec",
+    };
+    let args = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--protected-mode",
+        "no",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        fsync,
+        "--maxmemory-policy",
+        "noeviction",
+        "--dir",
+        &dir.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Ok(Spec {
+        name: "redis-server".into(),
+        program: find_binary("redis-server")?,
+        args,
+        env: vec![],
+        user: None,
+        log: root.join("redis.log"),
+    })
+}
+
+fn postgres_spec(root: &Path, port: u16) -> anyhow::Result<Spec> {
+    let user = postgres_user()?;
+    let pgdir = root.join("pg");
+    std::fs::create_dir_all(&pgdir)?;
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(root, Some(uid), Some(gid))?;
+        std::os::unix::fs::chown(&pgdir, Some(uid), Some(gid))?;
+    }
+    let data = pgdir.join("data");
+    let mut initdb = std::process::Command::new(find_binary("initdb")?);
+    initdb
+        .args([
+            "-U", "postgres", "-A", "trust", "-N", "-E", "UTF8", "--locale", "C", "-D",
+        ])
+        .arg(&data)
+        .stdout(std::process::Stdio::null());
+    if let Some((uid, gid)) = user {
+        use std::os::unix::process::CommandExt;
+        initdb.uid(uid).gid(gid);
+    }
+    let out = initdb.output().context("run initdb")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // fsync off: the nemesis kills processes, never the machine, so the page cache survives
+    // every fault it injects, and the campaign runs faster on a shared machine.
+    let args = [
+        "-D",
+        &data.display().to_string(),
+        "-p",
+        &port.to_string(),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-k",
+        &pgdir.display().to_string(),
+        "-c",
+        "fsync=off",
+        "-c",
+        "max_connections=200",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Ok(Spec {
+        name: "postgres".into(),
+        program: find_binary("postgres")?,
+        args,
+        env: vec![],
+        user,
+        log: pgdir.join("postgres.log"),
+    })
+}
+
+/// Creates the `seckill` database once PostgreSQL accepts connections (again).
+async fn create_db(port: u16) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let mut conn = None;
+    for _ in 0..200 {
+        match sqlx::PgConnection::connect(&url).await {
+            Ok(c) => {
+                conn = Some(c);
+                break;
+            }
+            // Starting up, or recovering after a kill.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let mut conn = conn.context("PostgreSQL accepts no connection")?;
+    let exists: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'seckill'")
+            .fetch_optional(&mut conn)
+            .await?;
+    if exists.is_none() {
+        sqlx::query("CREATE DATABASE seckill")
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
