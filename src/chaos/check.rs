@@ -13,7 +13,9 @@
 //!   500, a 4xx), or a 200 whose body is not a claim answer;
 //! - **the ledger itself**, read with SQL rather than through the API (which could hide a
 //!   duplicate): every `won` order exactly once, with the user and quantity answered;
-//! - **crashes**: a process that exited without being killed.
+//! - **crashes**: a process that died without being killed, other than a clean exit with
+//!   status 1 after logging why (a dependency unreachable at start), which a supervisor
+//!   restarts and the campaign counts.
 
 use std::collections::HashMap;
 
@@ -33,7 +35,7 @@ pub struct Finding {
 pub async fn verdict(
     report: &BenchReport,
     cluster: &Cluster,
-    casualties: Vec<String>,
+    crashes: Vec<String>,
 ) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     match &report.verification {
@@ -75,7 +77,7 @@ pub async fn verdict(
         Ok(rows) => out.extend(ledger(&report.wins, &rows)),
         Err(e) => out.push(finding(format!("cannot read the ledger directly: {e:#}"))),
     }
-    out.extend(casualties.into_iter().map(finding));
+    out.extend(crashes.into_iter().map(finding));
     out
 }
 

@@ -15,11 +15,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::collections::BTreeMap;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use anyhow::Context;
 use tokio::sync::Mutex;
 
-use super::procs::{find_binary, free_port, listening, log_tail, postgres_user, wait_ready};
+use super::procs::{find_binary, free_port, listening, log_tail, postgres_user};
 use super::procs::{Proc, Spec};
 use super::schedule::{Deployment, Target};
 
@@ -50,6 +53,8 @@ pub struct Cluster {
     pub disk_full_flag: PathBuf,
     /// Scale-out: the PostgreSQL ledger.
     pub pg_url: Option<String>,
+    /// Exits nobody asked for: (a crash, description).
+    exits: parking_lot::Mutex<Vec<(bool, String)>>,
     dir: tempfile::TempDir,
 }
 
@@ -71,6 +76,7 @@ impl Cluster {
             sqlite: None,
             disk_full_flag: flag.clone(),
             pg_url: None,
+            exits: parking_lot::Mutex::new(Vec::new()),
             dir,
         };
         let root = c.dir.path().to_owned();
@@ -187,7 +193,11 @@ impl Cluster {
         }
     }
 
-    /// Starts `p` (the process of `t`, whose lock the caller holds) if it is not running.
+    /// Starts `p` (the process of `t`, whose lock the caller holds) if it is not running,
+    /// and waits until it serves. Like a supervisor (systemd's `Restart=always`), it starts
+    /// the process again when it exits on its own meanwhile (a `serve` that cannot reach
+    /// Redis at start exits; a killed PostgreSQL's backends may hold its shared memory for a
+    /// moment); every such exit is recorded.
     pub async fn start_proc(&self, t: Target, p: &mut Proc) -> anyhow::Result<()> {
         p.thaw();
         if p.is_running() {
@@ -197,57 +207,88 @@ impl Cluster {
             Target::Instance(i) => self.ports[i as usize],
             _ => 0,
         };
-        let (redis_port, pg_port) = (self.redis_port, self.pg_port);
-        let limit = Duration::from_secs(120);
-        let mut attempt = 0;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        p.start()?;
+        let started = Instant::now();
         loop {
-            attempt += 1;
-            p.start()?;
-            let ready = match t {
-                Target::Instance(_) => wait_ready(&t.to_string(), limit, || serving(port)).await,
-                Target::Redis => {
-                    wait_ready("redis-server", limit, || redis_ready(redis_port)).await
-                }
-                Target::Postgres => {
-                    match wait_ready("PostgreSQL", limit, || listening(pg_port)).await {
-                        Ok(()) => create_db(pg_port).await,
-                        Err(e) => Err(e),
-                    }
-                }
-                // The worker has no port. One that cannot start exits, which the
-                // casualty check reports.
-                Target::Worker | Target::Disk => Ok(()),
-            };
-            match ready {
-                Ok(()) => return Ok(()),
-                // A killed PostgreSQL's backends may still hold its shared memory for a
-                // moment: the new postmaster exits at once; try again.
-                Err(_) if attempt < 5 && p.exited_by_itself().is_some() => {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("{t}'s log ends with:\n{}", log_tail(&p.spec.log, 20))
-                    })
-                }
+            if let Some(status) = p.exited_by_itself() {
+                self.record_exit(t, status, &p.spec.log);
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{t} keeps exiting; its log ends with:\n{}",
+                    log_tail(&p.spec.log, 20)
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                p.start()?;
+                continue;
             }
+            let ready = match t {
+                Target::Instance(_) => serving(port).await,
+                Target::Redis => redis_ready(self.redis_port).await,
+                Target::Postgres => {
+                    listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
+                }
+                // The worker has no port: alive for a second is started.
+                Target::Worker | Target::Disk => started.elapsed() > Duration::from_secs(1),
+            };
+            if ready {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{t} did not become ready in 120 s; its log ends with:\n{}",
+                log_tail(&p.spec.log, 20)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// Processes that died without the nemesis killing them: each is a finding.
-    pub async fn casualties(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (t, slot) in &self.procs {
-            if let Some(p) = slot.lock().await.as_mut() {
+    fn record_exit(&self, t: Target, status: ExitStatus, log: &Path) {
+        // Status 1 is a clean refusal (a dependency unreachable, logged); anything else
+        // (a panic, a signal nobody sent) is a crash.
+        let crash = status.code() != Some(1);
+        let line = format!(
+            "{t} exited by itself ({status}){}",
+            if crash {
+                format!(": a crash; its log ends with:\n{}", log_tail(log, 15))
+            } else {
+                ", restarted as a supervisor would".to_owned()
+            }
+        );
+        tracing::warn!("{line}");
+        self.exits.lock().push((crash, line));
+    }
+
+    /// Supervises every process not held by the nemesis until `stop` is set: one that exited
+    /// on its own is started again.
+    pub async fn supervise(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            for t in self.targets() {
+                if let Ok(mut slot) = self.slot(t).try_lock() {
+                    if let Some(p) = slot.as_mut() {
+                        if let Some(status) = p.exited_by_itself() {
+                            self.record_exit(t, status, &p.spec.log);
+                            if let Err(e) = self.start_proc(t, p).await {
+                                tracing::error!(%t, error = %format!("{e:#}"), "cannot restart");
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every exit nobody asked for so far: (crash, description).
+    pub async fn exits(&self) -> Vec<(bool, String)> {
+        for t in self.targets() {
+            if let Some(p) = self.slot(t).lock().await.as_mut() {
                 if let Some(status) = p.exited_by_itself() {
-                    out.push(format!(
-                        "{t} exited by itself ({status}); its log ends with:\n{}",
-                        log_tail(&p.spec.log, 15)
-                    ));
+                    self.record_exit(t, status, &p.spec.log);
                 }
             }
         }
-        out
+        self.exits.lock().clone()
     }
 
     /// Every process running and thawed, the disk freed.

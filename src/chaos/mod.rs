@@ -23,6 +23,7 @@ pub mod procs;
 pub mod schedule;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,9 @@ pub struct Totals {
     pub schedules: u64,
     pub faults: BTreeMap<String, u64>,
     pub faults_skipped: u64,
+    /// Processes that exited on their own with status 1 (a dependency unreachable at start)
+    /// and were started again, as a supervisor would.
+    pub supervised_restarts: u64,
     pub claims: u64,
     pub won: u64,
     pub answers_503: u64,
@@ -166,10 +170,23 @@ async fn one(
         start,
         s.storm.mul_f64(0.85),
     ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let supervisor = {
+        let (cluster, stop) = (cluster.clone(), stop.clone());
+        tokio::spawn(async move { cluster.supervise(&stop).await })
+    };
     let report = crate::bench::run(&bench).await;
     let applied = nemesis.await?;
-    let casualties = cluster.casualties().await;
+    stop.store(true, Ordering::Release);
+    supervisor.await?;
+    let exits = cluster.exits().await;
     cluster.heal().await?;
+    totals.supervised_restarts += exits.iter().filter(|(crash, _)| !crash).count() as u64;
+    let crashes: Vec<String> = exits
+        .into_iter()
+        .filter(|(c, _)| *c)
+        .map(|(_, l)| l)
+        .collect();
     let report = report?;
     for a in &applied {
         match (&a.error, a.injected_s) {
@@ -184,7 +201,7 @@ async fn one(
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
-    let findings = check::verdict(&report, &cluster, casualties).await;
+    let findings = check::verdict(&report, &cluster, crashes).await;
     let won = report.outcomes.get("won").copied().unwrap_or(0);
     let orders = report.verification.as_ref().map_or(0, |v| v.orders as u64);
     let n503 = report.non_2xx.get(&503).copied().unwrap_or(0);
@@ -243,9 +260,10 @@ pub fn print_totals(t: &Totals, json: bool) {
         println!("  faults {k:<24} {n}");
     }
     println!(
-        "  faults skipped {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
+        "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
          no answer {}\n  orders checked {}\n  violations {}",
         t.faults_skipped,
+        t.supervised_restarts,
         t.claims,
         t.won,
         t.answers_503,

@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -218,23 +218,6 @@ pub fn postgres_user() -> anyhow::Result<Option<(u32, u32)>> {
         "running as root needs a `postgres` user for PostgreSQL (apt-get install postgresql)"
     );
     Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
-}
-
-/// Polls `ready` every 50 ms until it answers true, for at most `limit`.
-pub async fn wait_ready<F, Fut>(what: &str, limit: Duration, mut ready: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !ready().await {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{what} did not become ready in {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// Whether something accepts TCP connections on `port`.
