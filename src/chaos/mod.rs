@@ -81,6 +81,10 @@ pub struct ChaosOpts {
     #[arg(long)]
     pub keep_going: bool,
 
+    /// Print the schedules and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
     /// Also print the totals as one JSON document at the end.
     #[arg(long)]
     pub json: bool,
@@ -126,6 +130,9 @@ pub async fn run(opts: &ChaosOpts) -> anyhow::Result<Totals> {
         for &d in &opts.deployment {
             let s = Schedule::generate(seed, index, d, shape);
             print!("{s}");
+            if opts.dry_run {
+                continue;
+            }
             let findings = one(&s, opts, &mut totals).await?;
             if findings.is_empty() {
                 println!("  -> clean\n");

@@ -115,6 +115,7 @@ pub struct Schedule {
     pub users: u64,
     pub events: Vec<EventSpec>,
     pub faults: Vec<Fault>,
+    pub long_outage: bool,
 }
 
 /// Knobs of the generator.
@@ -189,6 +190,7 @@ impl Schedule {
             users,
             events,
             faults,
+            long_outage: shape.long_outage,
         }
     }
 }
@@ -239,7 +241,8 @@ impl fmt::Display for Schedule {
         writeln!(
             f,
             "schedule {} of seed {} ({:?}): {:.0}s storm, {} {}, {} users, replay with \
-             `seckill chaos --deployment {} --seed {} --first {} --schedules 1 --storm {}s`",
+             `seckill chaos --deployment {} --seed {} --first {} --schedules 1 --storm {}s \
+             --faults {}{}`",
             self.index,
             self.seed,
             self.deployment,
@@ -253,7 +256,13 @@ impl fmt::Display for Schedule {
             },
             self.seed,
             self.index,
-            self.storm.as_secs_f64()
+            self.storm.as_secs_f64(),
+            self.faults.len(),
+            if self.long_outage {
+                " --long-outage"
+            } else {
+                ""
+            }
         )?;
         for e in &self.events {
             writeln!(f, "  {:>6.2}s  event {:?}", at_of(e), e.action)?;
