@@ -69,6 +69,11 @@ pub struct ChaosOpts {
     #[arg(long)]
     pub long_outage: bool,
 
+    /// Only faults on this process: instance-0, instance-1, worker, redis-server, postgres,
+    /// data-disk (e.g. `--only redis-server --appendfsync everysec` to measure that policy).
+    #[arg(long)]
+    pub only: Option<schedule::Target>,
+
     /// Redis's `appendfsync` policy (`everysec` to measure what that trade-off costs).
     #[arg(long, value_enum, default_value = "always")]
     pub appendfsync: Fsync,
@@ -125,6 +130,7 @@ pub async fn run(opts: &ChaosOpts) -> anyhow::Result<Totals> {
         storm: opts.storm,
         faults: opts.faults,
         long_outage: opts.long_outage,
+        only: opts.only,
     };
     'outer: for index in opts.first..opts.first + opts.schedules {
         for &d in &opts.deployment {

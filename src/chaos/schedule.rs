@@ -38,6 +38,27 @@ pub enum Target {
     Disk,
 }
 
+impl std::str::FromStr for Target {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "instance-0" => Target::Instance(0),
+            "instance-1" => Target::Instance(1),
+            "worker" => Target::Worker,
+            "redis-server" => Target::Redis,
+            "postgres" => Target::Postgres,
+            "data-disk" => Target::Disk,
+            _ => {
+                return Err(format!(
+                    "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
+                     postgres, data-disk)"
+                ))
+            }
+        })
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -116,6 +137,7 @@ pub struct Schedule {
     pub events: Vec<EventSpec>,
     pub faults: Vec<Fault>,
     pub long_outage: bool,
+    pub only: Option<Target>,
 }
 
 /// Knobs of the generator.
@@ -125,6 +147,8 @@ pub struct Shape {
     pub faults: usize,
     /// Allow the 30-second PostgreSQL outage (needs a storm of at least 40 s).
     pub long_outage: bool,
+    /// Only faults on this process (`instance-0`, `worker`, `redis-server`, …).
+    pub only: Option<Target>,
 }
 
 /// The generator of schedule `index` of campaign `seed`.
@@ -157,12 +181,15 @@ impl Schedule {
         }
         events.sort_by(|a, b| at_of(a).total_cmp(&at_of(b)));
 
-        let menu = kinds(deployment, shape.long_outage && secs >= 40.0);
+        let mut menu = kinds(deployment, shape.long_outage && secs >= 40.0);
+        if let Some(only) = shape.only {
+            menu.retain(|(t, _)| *t == only);
+        }
         // Every fault is over (restarted, thawed, freed) by 80% of the storm, so the last
         // fifth runs healthy and the drain starts on a whole deployment.
         let end = secs * 0.8;
         let mut faults = Vec::with_capacity(shape.faults);
-        for _ in 0..shape.faults {
+        for _ in 0..shape.faults * usize::from(!menu.is_empty()) {
             let (target, kind) = menu[r.gen_range(0..menu.len())];
             let hold = match kind {
                 Kind::Kill => r.gen_range(0.0..3.0),
@@ -191,6 +218,7 @@ impl Schedule {
             events,
             faults,
             long_outage: shape.long_outage,
+            only: shape.only,
         }
     }
 }
@@ -242,7 +270,7 @@ impl fmt::Display for Schedule {
             f,
             "schedule {} of seed {} ({:?}): {:.0}s storm, {} {}, {} users, replay with \
              `seckill chaos --deployment {} --seed {} --first {} --schedules 1 --storm {}s \
-             --faults {}{}`",
+             --faults {}{}{}`",
             self.index,
             self.seed,
             self.deployment,
@@ -262,7 +290,10 @@ impl fmt::Display for Schedule {
                 " --long-outage"
             } else {
                 ""
-            }
+            },
+            self.only
+                .map(|t| format!(" --only {t}"))
+                .unwrap_or_default()
         )?;
         for e in &self.events {
             writeln!(f, "  {:>6.2}s  event {:?}", at_of(e), e.action)?;
@@ -283,6 +314,7 @@ mod tests {
             storm: Duration::from_secs(20),
             faults: 4,
             long_outage: false,
+            only: None,
         }
     }
 
