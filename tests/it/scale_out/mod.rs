@@ -5,6 +5,7 @@
 //! rate limiter failing open, supervised background tasks dying, and Redis settings checks.
 
 mod cancel;
+mod cancel_outage;
 mod cluster;
 mod cluster_outage;
 mod fail_open;
