@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod nemesis;
 pub mod procs;
 pub mod schedule;
+pub mod servers;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
