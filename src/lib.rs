@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod client;
 pub mod config;

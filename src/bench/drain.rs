@@ -48,8 +48,22 @@ pub async fn wait(
     let mut previous = None;
     let mut reads = 0;
     loop {
-        let orders = client.all_orders(campaign).await?;
-        let view = client.campaign(campaign).await?;
+        // A deployment coming back from a fault may refuse a read for a moment: retry until
+        // the timeout, then report the error.
+        let read = async {
+            let orders = client.all_orders(campaign).await?;
+            anyhow::Ok((orders, client.campaign(campaign).await?))
+        };
+        let (orders, view) = match read.await {
+            Ok(r) => r,
+            Err(e) if started.elapsed() < timeout => {
+                tracing::debug!(error = %format!("{e:#}"), "ledger read failed; retrying");
+                previous = None;
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         reads += 1;
         let print = fingerprint(&view, &orders);
         let listed: HashSet<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();

@@ -213,6 +213,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         events,
         verification,
         plan,
+        wins,
     })
 }
 

@@ -87,6 +87,9 @@ pub struct BenchReport {
     pub server_cpu_us_per_claim: Option<f64>,
     pub events: Vec<EventRecord>,
     pub verification: Option<Verification>,
+    /// Every `won` answer received (for callers that check the ledger themselves).
+    #[serde(skip)]
+    pub wins: Vec<super::Win>,
 }
 
 impl BenchReport {

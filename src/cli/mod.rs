@@ -2,6 +2,7 @@
 
 mod baseline;
 mod bench;
+mod chaos;
 mod demo;
 pub mod lock;
 mod lock_bench;
@@ -45,6 +46,9 @@ enum Command {
     /// lock; `lock bench` measures a lock store.
     #[command(subcommand)]
     Lock(lock::LockCommand),
+    /// Run randomized fault schedules (kills, freezes, outages, a full disk) against real
+    /// embedded and scale-out deployments under a mixed storm, and check every invariant.
+    Chaos(Box<crate::chaos::ChaosOpts>),
     /// Serve a trivial handler: the HTTP ceiling `scripts/bench.sh` compares seckill with.
     #[command(hide = true)]
     Baseline(baseline::BaselineOpts),
@@ -63,6 +67,7 @@ pub fn main() -> ExitCode {
         | Command::SignUser(_)
         | Command::Bench(_)
         | Command::Lock(_)
+        | Command::Chaos(_)
         | Command::Baseline(_) => false,
     };
     crate::telemetry::init(json_logs);
@@ -87,6 +92,7 @@ pub fn main() -> ExitCode {
             Command::Worker(cfg) => scale::run_worker(cfg).await,
             Command::Bench(opts) => bench::run(*opts).await,
             Command::Lock(cmd) => lock::run(cmd).await,
+            Command::Chaos(opts) => chaos::run(*opts).await,
             Command::Baseline(opts) => baseline::run(opts).await,
         }
     });

@@ -6,6 +6,7 @@ mod admin_crash;
 mod bad_input;
 mod bench_run;
 mod bench_verify;
+mod chaos;
 mod cli;
 mod commit_failure;
 mod conformance;

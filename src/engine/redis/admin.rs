@@ -13,8 +13,8 @@
 //! - with an Idempotency-Key, the key is written in the transaction of the change; a retry
 //!   finds it, adds nothing, brings the gate level and answers the current state.
 //! - a change the ledger committed but Redis did not take answers 503 saying so (never
-//!   "nothing was changed"); the gate catches up on the next admin change, `reconcile`, or a
-//!   retry with the same key.
+//!   "nothing was changed"); `catch_up.rs` reconciles the campaign as soon as Redis answers
+//!   (or the next admin change, a restart, a retry with the same key does).
 //! - cancel marks the order cancelled in PostgreSQL exactly once (`WHERE state = 'active'`),
 //!   then gives units, codes and allowance back with `release.lua`, at most once per order.
 
@@ -37,7 +37,7 @@ fn saved_not_applied<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> 
         tracing::error!(error = %e, "{what} is committed to the ledger but Redis did not take it");
         Error::Unavailable(format!(
             "{what} is saved in the ledger but not yet applied to the gate; it will be \
-             applied by the next admin change or restart: check the campaign before retrying, \
+             applied as soon as Redis answers again: check the campaign before retrying, \
              or retry with the same Idempotency-Key"
         ))
     }

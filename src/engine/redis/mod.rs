@@ -22,6 +22,7 @@
 
 mod admin;
 mod batch;
+mod catch_up;
 mod conn;
 mod fresh;
 mod keys;
@@ -94,6 +95,8 @@ pub struct ScaleOut {
     limiter: Arc<RedisLimiter>,
     stock: Arc<StockKeeper>,
     settings: Arc<settings::Watch>,
+    /// Campaigns whose last admin change may be saved but not applied (`catch_up.rs`).
+    behind: catch_up::Behind,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -152,6 +155,7 @@ impl ScaleOut {
             claim_depends,
             limiter,
             stock,
+            behind: catch_up::Behind::default(),
             me: me.clone(),
         });
         // Instances starting together reconcile one after the other, under a lease.
@@ -176,6 +180,8 @@ impl ScaleOut {
         )
         .await?;
         let seen = me.check_and_open().await?;
+        let weak = Arc::downgrade(&me);
+        supervisor.spawn(catch_up::TASK, move |_| catch_up::run(weak.clone()));
         let weak = Arc::downgrade(&me);
         // A restarted checker checks again from scratch.
         let seen = parking_lot::Mutex::new(seen);
@@ -339,7 +345,9 @@ impl Backend for ScaleOut {
     ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
-            let view = me.restock_campaign(&id, restock, key).await?;
+            let view = me.restock_campaign(&id, restock, key).await;
+            me.behind.note(&id, &view);
+            let view = view?;
             me.stock.changed(&id).await;
             Ok(view)
         })
@@ -354,7 +362,9 @@ impl Backend for ScaleOut {
     ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
-            let view = me.change_status(&id, status, key).await?;
+            let view = me.change_status(&id, status, key).await;
+            me.behind.note(&id, &view);
+            let view = view?;
             me.stock.changed(&id).await;
             Ok(view)
         })
@@ -423,7 +433,11 @@ impl Backend for ScaleOut {
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
         let order_id = order_id.to_owned();
         detached(&self.me, move |me| async move {
-            let order = me.cancel_order(&order_id).await?;
+            let order = me.cancel_order(&order_id).await;
+            if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {
+                me.behind.note(campaign, &order);
+            }
+            let order = order?;
             me.stock.changed(&order.campaign_id).await;
             Ok(order)
         })

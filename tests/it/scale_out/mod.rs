@@ -6,6 +6,7 @@
 
 mod batch;
 mod cancel;
+mod cancel_outage;
 mod cluster;
 mod cluster_outage;
 mod fail_open;

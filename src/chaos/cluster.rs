@@ -1,0 +1,318 @@
+//! One deployment of seckill on this machine, made of real processes the nemesis can hit.
+//!
+//! - **embedded**: one `seckill serve` (this very binary, `std::env::current_exe`) on a SQLite
+//!   data directory in a temp dir, started with the `SECKILL_FAULTS` hook `disk_full_while`
+//!   so the nemesis can make its disk full (every batch fails as `SQLITE_FULL`) and free it;
+//! - **scale-out**: redis-server with AOF (`appendfsync always`, or `everysec` to measure that
+//!   trade-off), a throwaway PostgreSQL (`initdb` in a temp dir), instance 0 serving with
+//!   `--no-worker`, instance 1 serving with its own pipeline consumer, and a `seckill worker`:
+//!   two consumers, so a frozen one has its pending orders reclaimed by the other and then
+//!   wakes up believing they are still its own.
+//!
+//! Every process keeps its port and directory across restarts, as a supervisor would.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+use tokio::sync::Mutex;
+
+use super::procs::{free_port, listening, log_tail};
+use super::procs::{Proc, Spec};
+use super::schedule::{Deployment, Target};
+use super::servers::{create_db, postgres_spec, redis_ready, redis_spec};
+
+pub const ADMIN_TOKEN: &str = "chaos-admin-token";
+
+/// Orders left unacknowledged this long by a consumer are taken over by the other one.
+pub const RECLAIM_AFTER_MS: u64 = 2_000;
+
+/// Redis's AOF fsync policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fsync {
+    Always,
+    Everysec,
+}
+
+pub struct Cluster {
+    pub deployment: Deployment,
+    /// Each process behind its own lock: faults on one process apply one after the other,
+    /// faults on different processes overlap.
+    procs: BTreeMap<Target, Mutex<Option<Proc>>>,
+    pub ports: Vec<u16>,
+    pub redis_port: u16,
+    pub pg_port: u16,
+    /// Embedded: the SQLite ledger file.
+    pub sqlite: Option<PathBuf>,
+    /// Embedded: while this file exists, the ledger's disk is full.
+    pub disk_full_flag: PathBuf,
+    /// Scale-out: the PostgreSQL ledger.
+    pub pg_url: Option<String>,
+    /// Exits nobody asked for: (a crash, description).
+    exits: parking_lot::Mutex<Vec<(bool, String)>>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(deployment: Deployment, fsync: Fsync) -> anyhow::Result<Cluster> {
+        let exe = std::env::current_exe().context("the seckill binary's path")?;
+        // As root, PostgreSQL runs as `postgres`, which must reach its directory: /tmp is
+        // world-traversable whatever TMPDIR says.
+        let dir = tempfile::Builder::new()
+            .prefix("seckill-chaos")
+            .tempdir_in("/tmp")?;
+        let flag = dir.path().join("disk-full");
+        let mut c = Cluster {
+            deployment,
+            procs: BTreeMap::new(),
+            ports: Vec::new(),
+            redis_port: 0,
+            pg_port: 0,
+            sqlite: None,
+            disk_full_flag: flag.clone(),
+            pg_url: None,
+            exits: parking_lot::Mutex::new(Vec::new()),
+            dir,
+        };
+        let root = c.dir.path().to_owned();
+        let add = |c: &mut Cluster, t: Target, spec: Spec| {
+            c.procs.insert(t, Mutex::new(Some(Proc::new(spec))));
+        };
+        let base = |name: &str, args: Vec<String>, env: Vec<(String, String)>| Spec {
+            name: name.to_owned(),
+            program: exe.clone(),
+            args,
+            env,
+            user: None,
+            log: root.join(format!("{name}.log")),
+        };
+        let token = ("SECKILL_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
+        match deployment {
+            Deployment::Embedded => {
+                let data = root.join("data");
+                let port = free_port()?;
+                let args = vec![
+                    "serve".into(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--data".into(),
+                    data.display().to_string(),
+                ];
+                let faults = (
+                    "SECKILL_FAULTS".to_owned(),
+                    format!("disk_full_while={}", flag.display()),
+                );
+                add(
+                    &mut c,
+                    Target::Instance(0),
+                    base("instance-0", args, vec![token, faults]),
+                );
+                c.procs.insert(Target::Disk, Mutex::new(None));
+                c.ports.push(port);
+                c.sqlite = Some(data.join("seckill.db"));
+            }
+            Deployment::ScaleOut => {
+                c.redis_port = free_port()?;
+                let spec = redis_spec(&root, c.redis_port, fsync)?;
+                add(&mut c, Target::Redis, spec);
+                c.pg_port = free_port()?;
+                let spec = postgres_spec(&root, c.pg_port)?;
+                add(&mut c, Target::Postgres, spec);
+                let redis = format!("redis://127.0.0.1:{}", c.redis_port);
+                let pg = format!("postgres://postgres@127.0.0.1:{}/seckill", c.pg_port);
+                c.pg_url = Some(pg.clone());
+                let common = |extra: &[&str]| {
+                    let mut v: Vec<String> = vec![
+                        "--redis".into(),
+                        redis.clone(),
+                        "--postgres".into(),
+                        pg.clone(),
+                        "--reclaim-after-ms".into(),
+                        RECLAIM_AFTER_MS.to_string(),
+                    ];
+                    v.extend(extra.iter().map(|s| s.to_string()));
+                    v
+                };
+                for i in 0..2u8 {
+                    let port = free_port()?;
+                    let listen = format!("127.0.0.1:{port}");
+                    let mut args = vec!["serve".to_owned(), "--listen".to_owned(), listen];
+                    args.extend(common(if i == 0 { &["--no-worker"] } else { &[] }));
+                    let spec = base(&format!("instance-{i}"), args, vec![token.clone()]);
+                    add(&mut c, Target::Instance(i), spec);
+                    c.ports.push(port);
+                }
+                let mut args = vec!["worker".to_owned()];
+                args.extend(common(&[]));
+                add(&mut c, Target::Worker, base("worker", args, vec![]));
+            }
+        }
+        for t in c.targets() {
+            c.start_target(t).await?;
+        }
+        Ok(c)
+    }
+
+    /// The processes, in the order they start.
+    pub fn targets(&self) -> Vec<Target> {
+        match self.deployment {
+            Deployment::Embedded => vec![Target::Instance(0)],
+            Deployment::ScaleOut => vec![
+                Target::Redis,
+                Target::Postgres,
+                Target::Instance(0),
+                Target::Instance(1),
+                Target::Worker,
+            ],
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// The lock of a target's process (None inside for the disk).
+    pub fn slot(&self, t: Target) -> &Mutex<Option<Proc>> {
+        &self.procs[&t]
+    }
+
+    /// Starts a process that is not running and waits until it serves.
+    pub async fn start_target(&self, t: Target) -> anyhow::Result<()> {
+        let mut slot = self.slot(t).lock().await;
+        match slot.as_mut() {
+            Some(p) => self.start_proc(t, p).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts `p` (the process of `t`, whose lock the caller holds) if it is not running,
+    /// and waits until it serves. Like a supervisor (systemd's `Restart=always`), it starts
+    /// the process again when it exits on its own meanwhile (a `serve` that cannot reach
+    /// Redis at start exits; a killed PostgreSQL's backends may hold its shared memory for a
+    /// moment); every such exit is recorded.
+    pub async fn start_proc(&self, t: Target, p: &mut Proc) -> anyhow::Result<()> {
+        p.thaw();
+        if p.is_running() {
+            return Ok(());
+        }
+        let port = match t {
+            Target::Instance(i) => self.ports[i as usize],
+            _ => 0,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        p.start()?;
+        let started = Instant::now();
+        loop {
+            if let Some(status) = p.exited_by_itself() {
+                self.record_exit(t, status, &p.spec.log);
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{t} keeps exiting; its log ends with:\n{}",
+                    log_tail(&p.spec.log, 20)
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                p.start()?;
+                continue;
+            }
+            let ready = match t {
+                Target::Instance(_) => serving(port).await,
+                Target::Redis => redis_ready(self.redis_port).await,
+                Target::Postgres => {
+                    listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
+                }
+                // The worker has no port: alive for a second is started.
+                Target::Worker | Target::Disk => started.elapsed() > Duration::from_secs(1),
+            };
+            if ready {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{t} did not become ready in 120 s; its log ends with:\n{}",
+                log_tail(&p.spec.log, 20)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn record_exit(&self, t: Target, status: ExitStatus, log: &Path) {
+        // Status 1 is a clean refusal (a dependency unreachable, logged); anything else
+        // (a panic, a signal nobody sent) is a crash.
+        let crash = status.code() != Some(1);
+        let line = format!(
+            "{t} exited by itself ({status}){}",
+            if crash {
+                format!(": a crash; its log ends with:\n{}", log_tail(log, 15))
+            } else {
+                ", restarted as a supervisor would".to_owned()
+            }
+        );
+        tracing::warn!("{line}");
+        self.exits.lock().push((crash, line));
+    }
+
+    /// Supervises every process not held by the nemesis until `stop` is set: one that exited
+    /// on its own is started again.
+    pub async fn supervise(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            for t in self.targets() {
+                if let Ok(mut slot) = self.slot(t).try_lock() {
+                    if let Some(p) = slot.as_mut() {
+                        if let Some(status) = p.exited_by_itself() {
+                            self.record_exit(t, status, &p.spec.log);
+                            if let Err(e) = self.start_proc(t, p).await {
+                                tracing::error!(%t, error = %format!("{e:#}"), "cannot restart");
+                            }
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every exit nobody asked for so far: (crash, description).
+    pub async fn exits(&self) -> Vec<(bool, String)> {
+        for t in self.targets() {
+            if let Some(p) = self.slot(t).lock().await.as_mut() {
+                if let Some(status) = p.exited_by_itself() {
+                    self.record_exit(t, status, &p.spec.log);
+                }
+            }
+        }
+        self.exits.lock().clone()
+    }
+
+    /// Every process running and thawed, the disk freed.
+    pub async fn heal(&self) -> anyhow::Result<()> {
+        let _ = std::fs::remove_file(&self.disk_full_flag);
+        for t in self.targets() {
+            self.start_target(t).await?;
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// An HTTP answer (any status) from `/healthz`.
+async fn serving(port: u16) -> bool {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .is_ok()
+}

@@ -1,0 +1,295 @@
+//! `seckill chaos`: randomized fault schedules against real deployments, checked afterwards.
+//!
+//! seckill's crash and outage tests each inject one fault at one moment; production breaks
+//! differently (a kill during a restock, Redis dying while the worker is frozen mid-batch).
+//! In the spirit of Jepsen's nemeses and TigerBeetle's VOPR, at the scale of one machine, a
+//! campaign runs schedule after schedule, each on a fresh deployment:
+//!
+//! 1. [`schedule`]: the seed (printed first) and the schedule's number make its workload and
+//!    its timed faults, printed before it runs, so any failure is replayed exactly;
+//! 2. [`cluster`]: the deployment's real processes (this binary as `serve`/`worker`,
+//!    redis-server with AOF, a throwaway PostgreSQL) on fixed ports in a temp directory;
+//! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks,
+//!    pause/resume, cancels) while the [`nemesis`] injects the faults;
+//! 4. [`check`]: once every fault is healed and the pipeline drained, the bench's invariant
+//!    checker plus the contract's allowed answers, the ledger read with SQL, and crashes.
+//!
+//! A failure prints the seed, the schedule and the offending orders; the exit status is 2.
+
+pub mod check;
+pub mod cluster;
+pub mod nemesis;
+pub mod procs;
+pub mod schedule;
+pub mod servers;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::bench::{BenchOpts, Pick, QtyRange, ScenarioName};
+use cluster::{Cluster, Fsync};
+use schedule::{Deployment, Schedule, Shape};
+
+#[derive(Debug, Clone, Args)]
+pub struct ChaosOpts {
+    /// Seed of the campaign (default: random, printed first).
+    #[arg(long, env = "SECKILL_CHAOS_SEED")]
+    pub seed: Option<u64>,
+
+    /// Deployments to run, each schedule on each.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "embedded,scale-out"
+    )]
+    pub deployment: Vec<Deployment>,
+
+    /// Schedules per deployment.
+    #[arg(long, default_value_t = 3)]
+    pub schedules: u64,
+
+    /// Number of the first schedule (to replay schedule N of a seed: `--first N --schedules 1`).
+    #[arg(long, default_value_t = 0)]
+    pub first: u64,
+
+    /// Storm length of each schedule; faults all happen in its first 80%.
+    #[arg(long, value_parser = crate::bench::opts::parse_duration, default_value = "20s")]
+    pub storm: Duration,
+
+    /// Faults per schedule.
+    #[arg(long, default_value_t = 4)]
+    pub faults: usize,
+
+    /// Add the 30-second PostgreSQL outage to the scale-out faults (needs --storm of 40s+).
+    #[arg(long)]
+    pub long_outage: bool,
+
+    /// Only faults on this process: instance-0, instance-1, worker, redis-server, postgres,
+    /// data-disk (e.g. `--only redis-server --appendfsync everysec` to measure that policy).
+    #[arg(long)]
+    pub only: Option<schedule::Target>,
+
+    /// Redis's `appendfsync` policy (`everysec` to measure what that trade-off costs).
+    #[arg(long, value_enum, default_value = "always")]
+    pub appendfsync: Fsync,
+
+    /// Concurrent client connections of the storm.
+    #[arg(long, short = 'c', default_value_t = 24)]
+    pub connections: usize,
+
+    /// Keep going after a schedule with findings (the default stops at the first).
+    #[arg(long)]
+    pub keep_going: bool,
+
+    /// Print the schedules and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Also print the totals as one JSON document at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The figures of a campaign.
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    pub seed: u64,
+    pub schedules: u64,
+    pub faults: BTreeMap<String, u64>,
+    pub faults_skipped: u64,
+    /// Processes that exited on their own with status 1 (a dependency unreachable at start)
+    /// and were started again, as a supervisor would.
+    pub supervised_restarts: u64,
+    pub claims: u64,
+    pub won: u64,
+    pub answers_503: u64,
+    pub outcome_unknown: u64,
+    pub no_answer: u64,
+    pub orders_checked: u64,
+    pub violations: u64,
+    pub seconds: f64,
+    /// Each failing schedule: its replay line and findings.
+    pub failures: Vec<String>,
+}
+
+/// Runs the campaign; prints as it goes. `Ok(totals)` even when violations were found.
+pub async fn run(opts: &ChaosOpts) -> anyhow::Result<Totals> {
+    let seed = opts.seed.unwrap_or_else(rand::random);
+    println!("seckill chaos: seed {seed} (replay with --seed {seed})");
+    let started = Instant::now();
+    let mut totals = Totals {
+        seed,
+        ..Totals::default()
+    };
+    let shape = Shape {
+        storm: opts.storm,
+        faults: opts.faults,
+        long_outage: opts.long_outage,
+        only: opts.only,
+    };
+    'outer: for index in opts.first..opts.first + opts.schedules {
+        for &d in &opts.deployment {
+            let s = Schedule::generate(seed, index, d, shape);
+            print!("{s}");
+            if opts.dry_run {
+                continue;
+            }
+            let findings = one(&s, opts, &mut totals).await?;
+            if findings.is_empty() {
+                println!("  -> clean\n");
+                continue;
+            }
+            let mut text = format!("{s}");
+            for f in &findings {
+                text.push_str(&format!("  VIOLATION: {}\n", f.what));
+                if !f.orders.is_empty() {
+                    let shown: Vec<&str> = f.orders.iter().take(20).map(String::as_str).collect();
+                    text.push_str(&format!(
+                        "    orders: {}{}\n",
+                        shown.join(", "),
+                        if f.orders.len() > 20 { ", …" } else { "" }
+                    ));
+                }
+            }
+            println!("{text}");
+            totals.violations += findings.len() as u64;
+            totals.failures.push(text);
+            if !opts.keep_going {
+                break 'outer;
+            }
+        }
+    }
+    totals.seconds = started.elapsed().as_secs_f64();
+    Ok(totals)
+}
+
+/// One schedule on a fresh deployment; its findings.
+async fn one(
+    s: &Schedule,
+    opts: &ChaosOpts,
+    totals: &mut Totals,
+) -> anyhow::Result<Vec<check::Finding>> {
+    let cluster = Arc::new(Cluster::start(s.deployment, opts.appendfsync).await?);
+    let bench = bench_opts(s, &cluster.urls().join(","), opts.connections);
+    let start = Instant::now();
+    let nemesis = tokio::spawn(nemesis::run(
+        cluster.clone(),
+        s.faults.clone(),
+        start,
+        s.storm.mul_f64(0.85),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let supervisor = {
+        let (cluster, stop) = (cluster.clone(), stop.clone());
+        tokio::spawn(async move { cluster.supervise(&stop).await })
+    };
+    let report = crate::bench::run(&bench).await;
+    let applied = nemesis.await?;
+    stop.store(true, Ordering::Release);
+    supervisor.await?;
+    let exits = cluster.exits().await;
+    cluster.heal().await?;
+    totals.supervised_restarts += exits.iter().filter(|(crash, _)| !crash).count() as u64;
+    let crashes: Vec<String> = exits
+        .into_iter()
+        .filter(|(c, _)| *c)
+        .map(|(_, l)| l)
+        .collect();
+    let report = report?;
+    for a in &applied {
+        match (&a.error, a.injected_s) {
+            (Some(e), None) => {
+                totals.faults_skipped += 1;
+                println!("  {}: {e}", a.fault);
+            }
+            (Some(e), Some(_)) => println!("  {}: {e}", a.fault),
+            _ => {}
+        }
+    }
+    for (t, k, n) in nemesis::tally(&applied) {
+        *totals.faults.entry(format!("{k} {t}")).or_default() += n;
+    }
+    let findings = check::verdict(&report, &cluster, crashes).await;
+    let won = report.outcomes.get("won").copied().unwrap_or(0);
+    let orders = report.verification.as_ref().map_or(0, |v| v.orders as u64);
+    let n503 = report.non_2xx.get(&503).copied().unwrap_or(0);
+    println!(
+        "  claims {} (won {won}, 503 {n503} of which outcome unknown {}, no answer {}), \
+         orders checked {orders}, events ok {}/{}",
+        report.requests,
+        report.unknown_outcomes,
+        report.transport_errors,
+        report.events.iter().filter(|e| e.ok).count(),
+        report.events.len(),
+    );
+    totals.schedules += 1;
+    totals.claims += report.requests;
+    totals.won += won;
+    totals.answers_503 += n503;
+    totals.outcome_unknown += report.unknown_outcomes;
+    totals.no_answer += report.transport_errors;
+    totals.orders_checked += orders;
+    Ok(findings)
+}
+
+/// The bench run of a schedule: a mixed storm on a campaign of its own.
+fn bench_opts(s: &Schedule, urls: &str, connections: usize) -> BenchOpts {
+    let mut o = BenchOpts::new(urls, cluster::ADMIN_TOKEN, ScenarioName::Seed002);
+    if s.codes {
+        o.codes = Some(s.stock);
+        o.limit = Some(1);
+        o.qty = Some(QtyRange { min: 1, max: 1 });
+    } else {
+        o.stock = Some(s.stock);
+        o.limit = Some(2);
+        o.qty = Some(QtyRange { min: 1, max: 2 });
+    }
+    o.users = Some(s.users);
+    o.pick = Some(Pick::Uniform);
+    o.clicks = Some(2);
+    o.idempotency = true;
+    o.connections = Some(connections);
+    o.duration = Some(s.storm);
+    o.events = s.events.clone();
+    // A frozen server's claims give up after this and count as "maybe won".
+    o.timeout = Duration::from_secs(5);
+    o.drain_timeout = Duration::from_secs(90);
+    o.seed = s.seed ^ s.index;
+    o
+}
+
+/// Prints the totals (text, then JSON if asked).
+pub fn print_totals(t: &Totals, json: bool) {
+    println!(
+        "campaign of seed {}: {} schedules in {:.0}s",
+        t.seed, t.schedules, t.seconds
+    );
+    for (k, n) in &t.faults {
+        println!("  faults {k:<24} {n}");
+    }
+    println!(
+        "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
+         no answer {}\n  orders checked {}\n  violations {}",
+        t.faults_skipped,
+        t.supervised_restarts,
+        t.claims,
+        t.won,
+        t.answers_503,
+        t.outcome_unknown,
+        t.no_answer,
+        t.orders_checked,
+        t.violations
+    );
+    if json {
+        match serde_json::to_string_pretty(t) {
+            Ok(s) => println!("{s}"),
+            Err(e) => tracing::error!(error = %e, "cannot print the totals as JSON"),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The nemesis: applies a schedule's faults to the running deployment, on time.
+//!
+//! Each fault is its own task: it sleeps until its time, takes its process's lock, injects
+//! the fault (SIGKILL, SIGSTOP, a full disk, PostgreSQL shut down), holds it, and heals it
+//! (restart on the same port and directory and wait until it serves, SIGCONT, free the disk,
+//! start PostgreSQL again). Faults on different processes therefore overlap as the schedule
+//! says; a fault whose process is still busy with an earlier one waits for it, and is
+//! skipped if that pushed it past the end of the fault window, so the storm's last part and
+//! the drain always run on a whole deployment.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::cluster::Cluster;
+use super::schedule::{Fault, Kind, Target};
+
+/// What became of one fault.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    pub fault: Fault,
+    /// Seconds into the storm it was injected (None: skipped).
+    pub injected_s: Option<f64>,
+    pub healed_s: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Runs every fault of `faults` against `cluster`, from `start`; returns once all are healed.
+/// Faults that could not start before `cutoff` (after `start`) are skipped.
+pub async fn run(
+    cluster: Arc<Cluster>,
+    faults: Vec<Fault>,
+    start: Instant,
+    cutoff: Duration,
+) -> Vec<Applied> {
+    let tasks: Vec<_> = faults
+        .into_iter()
+        .map(|fault| {
+            let cluster = cluster.clone();
+            tokio::spawn(async move { one(&cluster, fault, start, cutoff).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        match t.await {
+            Ok(a) => out.push(a),
+            Err(e) => tracing::error!(error = %e, "a nemesis task panicked"),
+        }
+    }
+    out
+}
+
+async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) -> Applied {
+    tokio::time::sleep_until((start + fault.at).into()).await;
+    let mut applied = Applied {
+        fault,
+        injected_s: None,
+        healed_s: None,
+        error: None,
+    };
+    let mut slot = cluster.slot(fault.target).lock().await;
+    if start.elapsed() + fault.hold > cutoff {
+        applied.error = Some("skipped: its process was busy with an earlier fault".into());
+        return applied;
+    }
+    let since = |s: Instant| s.elapsed().as_secs_f64();
+    tracing::info!(%fault, "injecting");
+    applied.injected_s = Some(since(start));
+    let result = match (fault.kind, slot.as_mut()) {
+        (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
+        (kind, Some(p)) => {
+            match kind {
+                Kind::Kill => p.kill().await,
+                Kind::Freeze => p.freeze(),
+                // Fast shutdown: PostgreSQL closes every connection and stops listening.
+                Kind::Outage => p.stop_with(libc::SIGINT).await,
+                Kind::DiskFull => {}
+            }
+            tokio::time::sleep(fault.hold).await;
+            cluster.start_proc(fault.target, p).await
+        }
+        (_, None) => Err(anyhow::anyhow!("{} has no process", fault.target)),
+    };
+    applied.healed_s = Some(since(start));
+    if let Err(e) = result {
+        tracing::error!(%fault, error = %format!("{e:#}"), "could not heal the fault");
+        applied.error = Some(format!("{e:#}"));
+    }
+    applied
+}
+
+/// The embedded ledger's disk is full for `hold`: the server's `SECKILL_FAULTS` hook makes
+/// every batch fail as SQLite's `SQLITE_FULL` while the flag file exists.
+async fn disk_full(cluster: &Cluster, hold: Duration) -> anyhow::Result<()> {
+    std::fs::write(&cluster.disk_full_flag, b"full")?;
+    tokio::time::sleep(hold).await;
+    std::fs::remove_file(&cluster.disk_full_flag)?;
+    Ok(())
+}
+
+/// Counts of injected faults per (target, kind), for the report.
+pub fn tally(applied: &[Applied]) -> Vec<(Target, Kind, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for a in applied.iter().filter(|a| a.injected_s.is_some()) {
+        *m.entry((a.fault.target, a.fault.kind)).or_insert(0u64) += 1;
+    }
+    m.into_iter().map(|((t, k), n)| (t, k, n)).collect()
+}

@@ -1,0 +1,235 @@
+//! Child processes the campaign can kill, freeze, thaw and start again.
+//!
+//! A fault campaign is only worth its figures if the faults are the real ones: SIGKILL of the
+//! real `seckill serve`, `seckill worker`, redis-server and PostgreSQL processes, SIGSTOP for
+//! longer than any lease. Each [`Proc`] remembers how it was started (program, arguments,
+//! environment, user, log file) so it can be started again on the same port and directory.
+//!
+//! Every child is spawned by a dedicated thread that waits on it, with a parent-death signal
+//! set on that thread, so no server outlives the campaign, even if `seckill chaos` itself is
+//! killed. PostgreSQL refuses to run as root; as root its processes run as `postgres`.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+/// How to (re)start one server process.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// (uid, gid) to run as.
+    pub user: Option<(u32, u32)>,
+    pub log: PathBuf,
+}
+
+/// A server process under the campaign's control.
+pub struct Proc {
+    pub spec: Spec,
+    running: Option<Running>,
+    stopped: bool,
+}
+
+struct Running {
+    pid: u32,
+    exited: mpsc::Receiver<ExitStatus>,
+}
+
+impl Proc {
+    pub fn new(spec: Spec) -> Proc {
+        Proc {
+            spec,
+            running: None,
+            stopped: false,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.running.as_ref().map(|r| r.pid)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Starts the process (appending to its log).
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.running.is_none(),
+            "{} is already running",
+            self.spec.name
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.spec.log)
+            .with_context(|| format!("log file {}", self.spec.log.display()))?;
+        if let Some((uid, gid)) = self.spec.user {
+            std::os::unix::fs::chown(&self.spec.log, Some(uid), Some(gid))?;
+        }
+        let mut cmd = Command::new(&self.spec.program);
+        cmd.args(&self.spec.args)
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a kill takes the server with all its children (the
+            // PostgreSQL backends), as when a container or machine dies.
+            .process_group(0);
+        let user = self.spec.user;
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some((uid, gid)) = user {
+                    if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let (pid_tx, pid_rx) = mpsc::channel();
+        let (exit_tx, exited) = mpsc::channel();
+        std::thread::spawn(move || match cmd.spawn() {
+            Ok(mut child) => {
+                let _ = pid_tx.send(Ok(child.id()));
+                if let Ok(status) = child.wait() {
+                    let _ = exit_tx.send(status);
+                }
+            }
+            Err(e) => {
+                let _ = pid_tx.send(Err(e));
+            }
+        });
+        let pid = pid_rx
+            .recv()
+            .context("the spawning thread died")?
+            .with_context(|| format!("cannot start {}", self.spec.program.display()))?;
+        self.running = Some(Running { pid, exited });
+        self.stopped = false;
+        Ok(())
+    }
+
+    pub fn signal(&self, sig: i32) {
+        if let Some(r) = &self.running {
+            // SAFETY: kill(2) on the group of a pid this process spawned and has not reaped.
+            unsafe { libc::kill(-(r.pid as i32), sig) };
+        }
+    }
+
+    /// SIGKILL and wait until the process is gone (a no-op if it is not running).
+    pub async fn kill(&mut self) {
+        self.stop_with(libc::SIGKILL).await;
+    }
+
+    /// Sends `sig` (after a SIGCONT if it was frozen) and waits up to 60 s for the exit.
+    pub async fn stop_with(&mut self, sig: i32) {
+        let Some(r) = self.running.take() else {
+            return;
+        };
+        // SAFETY: as in `signal`.
+        unsafe { libc::kill(-(r.pid as i32), sig) };
+        if self.stopped && sig != libc::SIGKILL {
+            unsafe { libc::kill(-(r.pid as i32), libc::SIGCONT) };
+        }
+        self.stopped = false;
+        let _ = tokio::task::spawn_blocking(move || r.exited.recv_timeout(Duration::from_secs(60)))
+            .await;
+    }
+
+    /// SIGSTOP: the process freezes with its sockets open, as a long GC pause or a stalled VM.
+    pub fn freeze(&mut self) {
+        if self.running.is_some() {
+            self.signal(libc::SIGSTOP);
+            self.stopped = true;
+        }
+    }
+
+    pub fn thaw(&mut self) {
+        if self.stopped {
+            self.signal(libc::SIGCONT);
+            self.stopped = false;
+        }
+    }
+
+    /// Whether the process died on its own (not killed by the campaign).
+    pub fn exited_by_itself(&mut self) -> Option<ExitStatus> {
+        let status = self.running.as_ref()?.exited.try_recv().ok()?;
+        self.running = None;
+        Some(status)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(-(r.pid as i32), libc::SIGKILL) };
+            let _ = r.exited.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A server binary: PostgreSQL's versioned directories first, then PATH.
+pub fn find_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.reverse();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .with_context(|| {
+            format!("`{name}` is not installed; install it with: apt-get install redis-server redis-sentinel postgresql")
+        })
+}
+
+/// (uid, gid) of the `postgres` user when this process is root.
+pub fn postgres_user() -> anyhow::Result<Option<(u32, u32)>> {
+    // SAFETY: plain libc queries.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let name = c"postgres";
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    anyhow::ensure!(
+        !pw.is_null(),
+        "running as root needs a `postgres` user for PostgreSQL (apt-get install postgresql)"
+    );
+    Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
+}
+
+/// Whether something accepts TCP connections on `port`.
+pub async fn listening(port: u16) -> bool {
+    tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
+}
+
+/// The last `n` lines of a log, for error messages.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,343 @@
+//! A fault schedule: a seed turned into a timed list of faults and admin events.
+//!
+//! Everything random in a campaign comes from one seed, printed first, so a failing schedule
+//! is replayed with `seckill chaos --seed S --schedules 1 --first N`: schedule `n` of seed `S`
+//! draws from its own generator seeded with `S` and `n`, whatever ran before it. Faults of one
+//! schedule may overlap when they hit different processes (Redis dies while the worker is
+//! frozen); faults on one process are applied one after the other by the nemesis.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::bench::events::{Action, EventSpec, When};
+
+/// Which deployment a schedule runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Deployment {
+    /// One `seckill serve` on a SQLite data directory.
+    Embedded,
+    /// Two instances and a worker on one Redis (AOF) and a PostgreSQL ledger.
+    ScaleOut,
+}
+
+/// A process the nemesis can hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// `seckill serve` instance 0 (the embedded server, or scale-out instance A) or 1.
+    Instance(u8),
+    Worker,
+    Redis,
+    Postgres,
+    /// The embedded data directory's filesystem.
+    Disk,
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "instance-0" => Target::Instance(0),
+            "instance-1" => Target::Instance(1),
+            "worker" => Target::Worker,
+            "redis-server" => Target::Redis,
+            "postgres" => Target::Postgres,
+            "data-disk" => Target::Disk,
+            _ => {
+                return Err(format!(
+                    "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
+                     postgres, data-disk)"
+                ))
+            }
+        })
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Instance(i) => write!(f, "instance-{i}"),
+            Target::Worker => f.write_str("worker"),
+            Target::Redis => f.write_str("redis-server"),
+            Target::Postgres => f.write_str("postgres"),
+            Target::Disk => f.write_str("data-disk"),
+        }
+    }
+}
+
+/// What is done to the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// SIGKILL, then a restart after the fault's duration.
+    Kill,
+    /// SIGSTOP for the fault's duration, then SIGCONT.
+    Freeze,
+    /// The data directory's disk is full for the fault's duration.
+    DiskFull,
+    /// PostgreSQL is down (fast shutdown) for 30 s, orders piling up in the stream.
+    Outage,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Kill => "kill -9",
+            Kind::Freeze => "SIGSTOP",
+            Kind::DiskFull => "disk full",
+            Kind::Outage => "unreachable",
+        })
+    }
+}
+
+/// One fault: at `at` into the storm, `kind` hits `target` for `hold`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Fault {
+    pub at: Duration,
+    pub target: Target,
+    pub kind: Kind,
+    pub hold: Duration,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = match self.kind {
+            Kind::Kill => "restart after",
+            Kind::Freeze => "SIGCONT after",
+            Kind::DiskFull | Kind::Outage => "for",
+        };
+        write!(
+            f,
+            "{:>6.2}s  {} {}, {verb} {:.2}s",
+            self.at.as_secs_f64(),
+            self.kind,
+            self.target,
+            self.hold.as_secs_f64()
+        )
+    }
+}
+
+/// The workload of one schedule (a `seckill bench` run) and its faults.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    pub seed: u64,
+    pub index: u64,
+    pub deployment: Deployment,
+    pub storm: Duration,
+    /// Code campaign (unique codes) rather than plain units.
+    pub codes: bool,
+    pub stock: u64,
+    pub users: u64,
+    pub events: Vec<EventSpec>,
+    pub faults: Vec<Fault>,
+    pub long_outage: bool,
+    pub only: Option<Target>,
+}
+
+/// Knobs of the generator.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub storm: Duration,
+    pub faults: usize,
+    /// Allow the 30-second PostgreSQL outage (needs a storm of at least 40 s).
+    pub long_outage: bool,
+    /// Only faults on this process (`instance-0`, `worker`, `redis-server`, …).
+    pub only: Option<Target>,
+}
+
+/// The generator of schedule `index` of campaign `seed`.
+fn rng(seed: u64, index: u64) -> StdRng {
+    StdRng::seed_from_u64(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+impl Schedule {
+    pub fn generate(seed: u64, index: u64, deployment: Deployment, shape: Shape) -> Schedule {
+        let mut r = rng(seed, index);
+        let storm = shape.storm;
+        let secs = storm.as_secs_f64();
+        let codes = r.gen_bool(0.3);
+        let stock = r.gen_range(200..=2_000);
+        let users = stock * r.gen_range(2..=6);
+        let mut events = Vec::new();
+        let frac = |r: &mut StdRng, lo: f64, hi: f64| r.gen_range(lo..hi) * secs;
+        for _ in 0..r.gen_range(0..=2) {
+            let at = frac(&mut r, 0.1, 0.7);
+            events.push(ev(at, Action::Restock(r.gen_range(20..=stock / 2))));
+        }
+        if r.gen_bool(0.5) {
+            let at = frac(&mut r, 0.1, 0.6);
+            events.push(ev(at, Action::Pause));
+            events.push(ev(at + r.gen_range(0.3..2.0), Action::Resume));
+        }
+        for _ in 0..r.gen_range(0..=2) {
+            let at = frac(&mut r, 0.2, 0.8);
+            events.push(ev(at, Action::Cancel(r.gen_range(1..=20))));
+        }
+        events.sort_by(|a, b| at_of(a).total_cmp(&at_of(b)));
+
+        let mut menu = kinds(deployment, shape.long_outage && secs >= 40.0);
+        if let Some(only) = shape.only {
+            menu.retain(|(t, _)| *t == only);
+        }
+        // Every fault is over (restarted, thawed, freed) by 80% of the storm, so the last
+        // fifth runs healthy and the drain starts on a whole deployment.
+        let end = secs * 0.8;
+        let mut faults = Vec::with_capacity(shape.faults);
+        for _ in 0..shape.faults * usize::from(!menu.is_empty()) {
+            let (target, kind) = menu[r.gen_range(0..menu.len())];
+            let hold = match kind {
+                Kind::Kill => r.gen_range(0.0..3.0),
+                Kind::Freeze => r.gen_range(3.0..8.0),
+                Kind::DiskFull => r.gen_range(1.0..5.0),
+                Kind::Outage => 30.0,
+            };
+            let hold = f64::min(hold, end - 1.5).max(0.0);
+            let at = r.gen_range(1.0..(end - hold).max(1.5));
+            faults.push(Fault {
+                at: Duration::from_secs_f64(at),
+                target,
+                kind,
+                hold: Duration::from_secs_f64(hold),
+            });
+        }
+        faults.sort_by_key(|f| f.at);
+        Schedule {
+            seed,
+            index,
+            deployment,
+            storm,
+            codes,
+            stock,
+            users,
+            events,
+            faults,
+            long_outage: shape.long_outage,
+            only: shape.only,
+        }
+    }
+}
+
+fn ev(at: f64, action: Action) -> EventSpec {
+    EventSpec {
+        when: When::After((at * 100.0).round() / 100.0),
+        action,
+    }
+}
+
+fn at_of(e: &EventSpec) -> f64 {
+    match e.when {
+        When::After(s) => s,
+        When::Fraction(f) => f,
+    }
+}
+
+/// The faults a deployment can suffer.
+fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
+    match deployment {
+        Deployment::Embedded => vec![
+            (Target::Instance(0), Kind::Kill),
+            (Target::Instance(0), Kind::Freeze),
+            (Target::Disk, Kind::DiskFull),
+        ],
+        Deployment::ScaleOut => {
+            let mut v = vec![
+                (Target::Instance(0), Kind::Kill),
+                (Target::Instance(1), Kind::Kill),
+                (Target::Instance(0), Kind::Freeze),
+                (Target::Instance(1), Kind::Freeze),
+                (Target::Worker, Kind::Kill),
+                (Target::Worker, Kind::Freeze),
+                (Target::Redis, Kind::Kill),
+                (Target::Postgres, Kind::Kill),
+            ];
+            if long_outage {
+                v.push((Target::Postgres, Kind::Outage));
+            }
+            v
+        }
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "schedule {} of seed {} ({:?}): {:.0}s storm, {} {}, {} users, replay with \
+             `seckill chaos --deployment {} --seed {} --first {} --schedules 1 --storm {}s \
+             --faults {}{}{}`",
+            self.index,
+            self.seed,
+            self.deployment,
+            self.storm.as_secs_f64(),
+            self.stock,
+            if self.codes { "codes" } else { "units" },
+            self.users,
+            match self.deployment {
+                Deployment::Embedded => "embedded",
+                Deployment::ScaleOut => "scale-out",
+            },
+            self.seed,
+            self.index,
+            self.storm.as_secs_f64(),
+            self.faults.len(),
+            if self.long_outage {
+                " --long-outage"
+            } else {
+                ""
+            },
+            self.only
+                .map(|t| format!(" --only {t}"))
+                .unwrap_or_default()
+        )?;
+        for e in &self.events {
+            writeln!(f, "  {:>6.2}s  event {:?}", at_of(e), e.action)?;
+        }
+        for fault in &self.faults {
+            writeln!(f, "  {fault}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Shape {
+        Shape {
+            storm: Duration::from_secs(20),
+            faults: 4,
+            long_outage: false,
+            only: None,
+        }
+    }
+
+    #[test]
+    fn one_seed_one_schedule() {
+        let a = Schedule::generate(7, 3, Deployment::ScaleOut, shape());
+        let b = Schedule::generate(7, 3, Deployment::ScaleOut, shape());
+        assert_eq!(a.to_string(), b.to_string());
+        let c = Schedule::generate(7, 4, Deployment::ScaleOut, shape());
+        assert_ne!(a.to_string(), c.to_string());
+    }
+
+    #[test]
+    fn faults_end_before_the_last_fifth() {
+        for i in 0..200 {
+            for d in [Deployment::Embedded, Deployment::ScaleOut] {
+                let s = Schedule::generate(1, i, d, shape());
+                for f in &s.faults {
+                    assert!(f.at >= Duration::from_secs(1), "{s}");
+                    assert!((f.at + f.hold).as_secs_f64() <= 16.0 + 1e-9, "{s}");
+                }
+                assert_eq!(s.faults.len(), 4);
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! The short fault campaign CI runs on every push: `seckill chaos` with a fixed seed, two
+//! schedules on each deployment (embedded, and scale-out with two instances, a worker,
+//! redis-server with AOF and PostgreSQL), every fault really injected, zero violations.
+//!
+//! The long campaign (`docs/RELIABILITY.md`) is the same command with more schedules.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Seed 42's first two schedules per deployment: between them, kill -9 and SIGSTOP of the
+/// embedded server, a full disk, kill -9 of instances, the worker, redis-server and
+/// PostgreSQL (checked below, so a change of the generator cannot quietly drop them).
+#[test]
+fn short_campaign_finds_no_violation() {
+    let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args([
+            "chaos",
+            "--seed",
+            "42",
+            "--schedules",
+            "2",
+            "--storm",
+            "10s",
+        ])
+        .args(["--faults", "4", "--json"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("seckill chaos runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the campaign failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let json = &stdout[stdout.rfind("\n{\n").expect("the JSON totals") + 1..];
+    let t: Value = serde_json::from_str(json).expect("totals are JSON");
+    assert_eq!(t["violations"], 0, "{stdout}");
+    assert_eq!(t["schedules"], 4, "{stdout}");
+    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(t["orders_checked"].as_u64().unwrap() > 0, "{stdout}");
+    // Requests cut off by the faults: the faults really hit the servers.
+    assert!(t["no_answer"].as_u64().unwrap() > 0, "{stdout}");
+    let faults = t["faults"].as_object().expect("fault counts");
+    for kind in [
+        "kill -9 instance-0",
+        "disk full data-disk",
+        "kill -9 redis-server",
+        "kill -9 postgres",
+    ] {
+        assert!(
+            faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
+            "seed 42 no longer injects {kind}: {faults:?}"
+        );
+    }
+}
