@@ -2,10 +2,8 @@
 //!
 //! The library holds everything; `main.rs` only parses the command line and calls [`cli::run`].
 
-pub mod backend;
 pub mod bench;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod domain;
 pub mod engine;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
-use crate::client::{ClaimReply, Client};
+use crate::bench::client::{ClaimReply, Client};
 use crate::domain::ClaimAnswer;
 
 /// One planned claim.

@@ -16,6 +16,7 @@
 //!
 //! The bench talks HTTP only, so it measures and verifies any deployment the same way.
 
+pub mod client;
 pub mod conn;
 pub mod drain;
 pub mod events;
@@ -41,7 +42,7 @@ pub use report::BenchReport;
 pub use storm::{Keyed, Win};
 pub use verify::{Evidence, Invariant, Violation};
 
-use crate::client::Client;
+use crate::bench::client::Client;
 use crate::domain::{Kind, OrderState};
 use conn::Endpoint;
 use events::Action;

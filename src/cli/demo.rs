@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use crate::client::Client;
+use crate::bench::client::Client;
 use crate::config::ServeConfig;
 use crate::load;
 

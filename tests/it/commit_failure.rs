@@ -5,7 +5,7 @@ use futures::future::join_all;
 use serde_json::json;
 use sqlx::{Connection, SqliteConnection};
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 use seckill::load;
 

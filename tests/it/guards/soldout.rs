@@ -8,7 +8,7 @@ use futures::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::Outcome;
 use seckill::load;
 

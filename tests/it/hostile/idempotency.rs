@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::{ClaimAnswer, Outcome};
 use seckill::load::{self, Shot};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use reqwest::{Method, StatusCode};
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::Outcome;
 use seckill::load::{self, Shot};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
 use seckill::load;
 

@@ -81,7 +81,7 @@ async fn pause_through_one_instance_stops_buyers_on_the_other() {
     use std::time::{Duration, Instant};
 
     use parking_lot::Mutex;
-    use seckill::client::ClaimReply;
+    use seckill::bench::client::ClaimReply;
     use seckill::domain::Outcome;
 
     let redis = RedisServer::start(&[]);

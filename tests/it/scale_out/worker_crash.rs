@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use seckill::client::Client;
+use seckill::bench::client::Client;
 use seckill::load;
 use serde_json::json;
 
