@@ -11,7 +11,6 @@ pub mod faults;
 pub mod guard;
 pub mod http;
 pub mod ledger;
-pub mod load;
 pub mod pipeline;
 pub mod supervise;
 pub mod telemetry;

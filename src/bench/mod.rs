@@ -20,6 +20,7 @@ pub mod client;
 pub mod conn;
 pub mod drain;
 pub mod events;
+pub mod fire;
 pub mod opts;
 pub mod probe;
 pub mod report;
@@ -89,6 +90,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         rate: plan.rate,
         timeout: plan.timeout,
         keep_keyed: plan.idempotency,
+        keep_answers: false,
     };
     let cpu_before = cpu_seconds("self");
     let server = opts.server_pid.map(|p| p.to_string());
