@@ -8,6 +8,8 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod http;
 pub mod ledger;

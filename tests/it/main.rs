@@ -10,6 +10,7 @@ mod cli;
 mod commit_failure;
 mod conformance;
 mod crash;
+mod fuzz_props;
 mod guards;
 mod helpers;
 mod hostile;
