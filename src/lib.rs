@@ -2,19 +2,18 @@
 //!
 //! The library holds everything; `main.rs` only parses the command line and calls [`cli::run`].
 
-pub mod backend;
 pub mod bench;
 pub mod chaos;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod http;
 pub mod ledger;
-pub mod load;
 pub mod lock;
 pub mod pipeline;
 pub mod supervise;

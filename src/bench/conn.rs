@@ -90,6 +90,14 @@ impl Conn {
         Ok(self.sender.insert(sender))
     }
 
+    /// Opens the connection now unless it is open (the storm ramps connections up this way).
+    pub async fn open(&mut self) -> anyhow::Result<()> {
+        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+            self.connect().await?;
+        }
+        Ok(())
+    }
+
     /// POSTs a JSON body on this connection (reconnecting first if it was lost).
     pub async fn post_json(
         &mut self,

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::bench::client::Client;
 use crate::domain::{CampaignView, Order, OrderState};
 
 use super::storm::Win;

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::opts::parse_duration;
 use super::scenario::Stop;
 use super::storm::Live;
-use crate::client::Client;
+use crate::bench::client::Client;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]

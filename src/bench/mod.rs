@@ -16,9 +16,11 @@
 //!
 //! The bench talks HTTP only, so it measures and verifies any deployment the same way.
 
+pub mod client;
 pub mod conn;
 pub mod drain;
 pub mod events;
+pub mod fire;
 pub mod opts;
 pub mod probe;
 pub mod report;
@@ -41,7 +43,7 @@ pub use report::BenchReport;
 pub use storm::{Keyed, Win};
 pub use verify::{Evidence, Invariant, Violation};
 
-use crate::client::Client;
+use crate::bench::client::Client;
 use crate::domain::{Kind, OrderState};
 use conn::Endpoint;
 use events::Action;
@@ -88,6 +90,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         rate: plan.rate,
         timeout: plan.timeout,
         keep_keyed: plan.idempotency,
+        keep_answers: false,
     };
     let cpu_before = cpu_seconds("self");
     let server = opts.server_pid.map(|p| p.to_string());

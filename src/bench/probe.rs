@@ -8,7 +8,7 @@
 use reqwest::{Method, StatusCode};
 
 use super::verify::{Invariant, Violation};
-use crate::client::Client;
+use crate::bench::client::Client;
 
 /// (what, method, path below the campaign, body, bearer token)
 type Probe = (

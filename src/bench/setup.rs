@@ -13,7 +13,7 @@ use serde_json::json;
 use super::conn::{Conn, Endpoint};
 use super::scenario::{Plan, Supply, Target};
 use super::storm::Win;
-use crate::client::Client;
+use crate::bench::client::Client;
 use crate::domain::{ClaimAnswer, Kind, Outcome};
 
 /// Creates the run's campaign, or reads the existing one (and its orders, to leave them out).

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 
 use super::conn::{Conn, Endpoint};
 use super::scenario::Stop;
-use super::users::Shots;
+use super::users::{Shot, Shots};
 use crate::domain::{ClaimAnswer, Outcome};
 
 /// A `won` answer, as received.
@@ -59,6 +59,8 @@ pub struct Tally {
     pub unknown_outcomes: u64,
     pub wins: Vec<Win>,
     pub keyed: Vec<Keyed>,
+    /// Every processed answer with its shot (only with [`StormConfig::keep_answers`]).
+    pub answers: Vec<(Shot, ClaimAnswer)>,
     /// Send time of the latest qty-1 claim answered `sold_out`.
     pub last_sold_out_sent: Option<Instant>,
     pub connects: u64,
@@ -79,6 +81,7 @@ impl Tally {
             unknown_outcomes: 0,
             wins: Vec::new(),
             keyed: Vec::new(),
+            answers: Vec::new(),
             last_sold_out_sent: None,
             connects: 0,
         }
@@ -97,6 +100,7 @@ impl Tally {
         self.unknown_outcomes += o.unknown_outcomes;
         self.wins.extend(o.wins);
         self.keyed.extend(o.keyed);
+        self.answers.extend(o.answers);
         self.last_sold_out_sent = self.last_sold_out_sent.max(o.last_sold_out_sent);
         self.connects += o.connects;
     }
@@ -160,6 +164,8 @@ pub struct StormConfig {
     pub rate: Option<f64>,
     pub timeout: Duration,
     pub keep_keyed: bool,
+    /// Keep every processed answer with its shot (small runs: the demo and the tests).
+    pub keep_answers: bool,
 }
 
 pub struct StormResult {
@@ -167,16 +173,29 @@ pub struct StormResult {
     pub elapsed: Duration,
 }
 
+/// Most connects in progress at once while the storm ramps up. Ten thousand simultaneous SYNs
+/// overflow the kernel's SYN backlog (2048 by default) and the server then resets some of the
+/// connections after their request was sent, so the claim's fate would be unknown.
+const CONNECTS_AT_ONCE: usize = 128;
+
 /// Fires the storm, spreading the connections round-robin over `endpoints` (instances of one
 /// deployment); returns once every worker has stopped.
 pub async fn run(cfg: StormConfig, endpoints: &[Endpoint], live: Arc<Live>) -> StormResult {
     let cfg = Arc::new(cfg);
+    let ramp = Arc::new(tokio::sync::Semaphore::new(CONNECTS_AT_ONCE));
     let workers: Vec<_> = (0..cfg.connections)
         .map(|i| {
-            let (cfg, live) = (cfg.clone(), live.clone());
+            let (cfg, live, ramp) = (cfg.clone(), live.clone(), ramp.clone());
             let endpoint = endpoints[i % endpoints.len()].clone();
             let path = endpoint.path(&cfg.claim_path);
-            tokio::spawn(worker(cfg, Conn::new(endpoint), path, live))
+            tokio::spawn(async move {
+                let mut conn = Conn::new(endpoint);
+                if let Ok(_permit) = ramp.acquire().await {
+                    // A failed connect is retried, and counted, by the first request.
+                    let _ = conn.open().await;
+                }
+                worker(cfg, conn, path, live).await
+            })
         })
         .collect();
     let mut tally = Tally::new();
@@ -257,6 +276,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
         *t.outcomes.entry(answer.outcome.as_str()).or_default() += 1;
         if answer.outcome == Outcome::SoldOut && shot.qty == 1 {
             t.last_sold_out_sent = t.last_sold_out_sent.max(Some(sent));
+        }
+        if cfg.keep_answers {
+            t.answers.push((shot.clone(), answer.clone()));
         }
         if cfg.keep_keyed {
             if let Some(k) = &shot.key {

@@ -4,6 +4,8 @@
 //! so a run can simulate a billion distinct users in constant memory, every worker computes
 //! its shot without contention, and the same seed replays the same sale.
 
+use std::sync::Arc;
+
 use super::opts::{Pick, QtyRange};
 use super::scenario::Plan;
 
@@ -18,6 +20,8 @@ pub struct Shot {
 
 #[derive(Debug, Clone)]
 pub struct Shots {
+    /// A fixed list instead (`seckill demo`, the tests): shot `i` is `list[i]`.
+    list: Option<Arc<[Shot]>>,
     users: u64,
     pick: Pick,
     clicks: u64,
@@ -37,12 +41,26 @@ fn mix(mut z: u64) -> u64 {
 impl Shots {
     pub fn new(plan: &Plan) -> Self {
         Self {
+            list: None,
             users: plan.users,
             pick: plan.pick,
             clicks: plan.clicks,
             qty: plan.qty,
             idempotency: plan.idempotency,
             seed: plan.seed,
+        }
+    }
+
+    /// Exactly these shots, in order; a storm over them must stop after `shots.len()` requests.
+    pub fn list(shots: Vec<Shot>) -> Self {
+        Self {
+            list: Some(shots.into()),
+            users: 1,
+            pick: Pick::Once,
+            clicks: 1,
+            qty: QtyRange { min: 1, max: 1 },
+            idempotency: false,
+            seed: 0,
         }
     }
 
@@ -57,6 +75,9 @@ impl Shots {
     }
 
     pub fn get(&self, i: u64) -> Shot {
+        if let Some(list) = &self.list {
+            return list[i as usize].clone();
+        }
         let span = self.qty.max - self.qty.min + 1;
         let qty = self.qty.min + mix(self.seed.rotate_left(17) ^ mix(i)) % span;
         Shot {
@@ -73,6 +94,7 @@ mod tests {
 
     fn shots(pick: Pick, users: u64, clicks: u64) -> Shots {
         Shots {
+            list: None,
             users,
             pick,
             clicks,

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use crate::client::Client;
+use crate::bench::client::Client;
+use crate::bench::fire;
 use crate::config::ServeConfig;
-use crate::load;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoOpts {
@@ -39,10 +39,10 @@ pub async fn run(opts: DemoOpts) -> anyhow::Result<ExitCode> {
         .create_campaign(&json!({"id": "demo-coupons", "stock": opts.stock, "per_user_limit": 1}))
         .await?;
 
-    let report = load::storm(
+    let report = fire::storm(
         &client,
         "demo-coupons",
-        load::distinct_users(opts.users),
+        fire::distinct_users(opts.users),
         opts.concurrency,
     )
     .await;

@@ -11,8 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::backend::Backend;
 use crate::config::{ServeConfig, SyncMode};
+use crate::engine::backend::Backend;
 use crate::engine::{Embedded, EmbeddedOptions};
 use crate::guard::Guards;
 use crate::http::{self, AdminToken, HttpOptions};

@@ -5,6 +5,7 @@
 //! scripts on Redis, PostgreSQL ledger). `detach` runs the admin operations of both on their own
 //! tasks, so a dropped request never stops one half-way.
 
+pub mod backend;
 mod detach;
 pub mod embedded;
 mod idempotency;

@@ -32,7 +32,7 @@ use tower_http::trace::TraceLayer;
 pub use error::ApiError;
 pub use listener::ConnLimits;
 
-use crate::backend::Backend;
+use crate::engine::backend::Backend;
 use crate::guard::{GuardSettings, Guards};
 
 /// The admin bearer token. Never printed by `Debug`.

@@ -11,7 +11,7 @@ mod group_commit;
 mod postgres;
 mod postgres_ops;
 mod postgres_recovery;
-mod rows;
+pub(crate) mod rows;
 mod sqlite;
 mod sqlite_locks;
 mod sqlite_recovery;

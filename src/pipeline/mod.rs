@@ -8,7 +8,7 @@
 //! `GET /healthz` reports it as `pipeline_lag`.
 
 mod consumer;
-mod entry;
+pub(crate) mod entry;
 
 use std::sync::Arc;
 use std::time::Duration;

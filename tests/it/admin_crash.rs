@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use sqlx::Row;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::Outcome;
 
 use crate::helpers::{settle_url, TOKEN};

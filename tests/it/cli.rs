@@ -43,7 +43,7 @@ async fn serve_reads_its_settings_from_the_environment() {
         dir.path().join("seckill.db").exists(),
         "the ledger lives in SECKILL_DATA"
     );
-    let client = seckill::client::Client::new(&p.url, "from-env");
+    let client = seckill::bench::client::Client::new(&p.url, "from-env");
     client
         .create_campaign(&serde_json::json!({"id": "env", "stock": 1}))
         .await
@@ -76,7 +76,7 @@ async fn generated_admin_token_is_printed_once_and_kept() {
         second.stdout.lock().is_empty(),
         "printed only when generated"
     );
-    let client = seckill::client::Client::new(&second.url, token.trim());
+    let client = seckill::bench::client::Client::new(&second.url, token.trim());
     client
         .create_campaign(&serde_json::json!({"id": "kept", "stock": 1}))
         .await

@@ -5,9 +5,9 @@ use futures::future::join_all;
 use serde_json::json;
 use sqlx::{Connection, SqliteConnection};
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
+use seckill::bench::fire;
 use seckill::domain::Outcome;
-use seckill::load;
 
 use crate::helpers::{App, Deploy};
 use crate::invariants;
@@ -24,7 +24,7 @@ async fn failed_commit_undoes_reservations_and_answers_503() {
     let app = App::spawn(Deploy::Embedded).await;
     app.create(json!({"id": "fragile", "codes": (0..100).map(|i| format!("F{i}")).collect::<Vec<_>>(), "per_user_limit": 1}))
         .await;
-    let before = load::storm(&app.client, "fragile", load::distinct_users(10), 10).await;
+    let before = fire::storm(&app.client, "fragile", fire::distinct_users(10), 10).await;
     assert_eq!(before.count("won"), 10);
 
     let mut db = ledger(&app).await;
@@ -88,13 +88,13 @@ async fn failed_commit_undoes_reservations_and_answers_503() {
         .await
         .unwrap();
     // The victims' allowances were freed, their codes returned: they can all claim now.
-    let after = load::storm(
+    let after = fire::storm(
         &app.client,
         "fragile",
         shots
             .iter()
             .take(90)
-            .map(|u| load::Shot {
+            .map(|u| fire::Shot {
                 user: u.clone(),
                 qty: 1,
                 key: None,

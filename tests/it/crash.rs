@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::{ClaimAnswer, Outcome};
 
 use crate::invariants;

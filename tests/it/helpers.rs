@@ -1,7 +1,7 @@
 //! Test helpers: start a deployment on a free port with fresh storage, talk to it.
 
 use reqwest::Method;
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
 use seckill::domain::ClaimAnswer;
 use serde_json::Value;

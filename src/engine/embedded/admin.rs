@@ -11,11 +11,11 @@
 
 use super::cell::Cell;
 use super::Embedded;
-use crate::backend::Backend;
 use crate::domain::{
     now, parse_order_id, AdminKey, CampaignLimits, CampaignView, Error, NewCampaign, Order,
     OrderState, Restock, Status, Supply,
 };
+use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{CampaignDef, CampaignState};

@@ -31,11 +31,11 @@ use parking_lot::RwLock;
 
 use self::cell::Cell;
 use super::idempotency::IdemLimits;
-use crate::backend::Backend;
 use crate::domain::{
     parse_order_id, AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error,
     IdempotencyKey, NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::engine::backend::Backend;
 use crate::engine::idempotency::commit_failed;
 use crate::guard::soldout::StockBoard;
 use crate::ledger::{GroupCommit, Ledger, SqliteLedger, WriterHealth};

@@ -236,7 +236,7 @@ impl ScaleOut {
     }
 
     async fn campaign_view(&self, id: &str) -> Result<CampaignView, Error> {
-        crate::backend::Backend::campaign(self, id).await
+        crate::engine::backend::Backend::campaign(self, id).await
     }
 
     pub(super) async fn change_status(

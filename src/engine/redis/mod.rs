@@ -51,11 +51,11 @@ pub use scripts::{Claimed, Scripts};
 pub use settings::Watch as RedisSettings;
 pub use stock::StockKeeper;
 
-use crate::backend::Backend;
 use crate::domain::{
     AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
+use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
 use crate::pipeline::{self, PipelineOptions};

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use reqwest::Method;
 use serde_json::json;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::{ClaimAnswer, OrderState, Outcome};
 
 use crate::helpers::{App, Deploy};

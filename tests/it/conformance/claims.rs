@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::json;
 
+use seckill::bench::fire::{self, Shot};
 use seckill::domain::Outcome;
-use seckill::load::{self, Shot};
 
 use crate::helpers::{App, Deploy};
 use crate::invariants;
@@ -20,7 +20,7 @@ crate::conformance!(
     idempotency_key_replays_any_outcome,
 );
 
-fn won(report: &load::Report) -> Vec<(String, seckill::domain::ClaimAnswer)> {
+fn won(report: &fire::Report) -> Vec<(String, seckill::domain::ClaimAnswer)> {
     report
         .answers
         .iter()
@@ -32,7 +32,7 @@ fn won(report: &load::Report) -> Vec<(String, seckill::domain::ClaimAnswer)> {
 async fn thousand_distinct_users_on_stock_100(deploy: Deploy) {
     let app = App::spawn(deploy).await;
     app.create(json!({"id": "stock-100", "stock": 100})).await;
-    let report = load::storm(&app.client, "stock-100", load::distinct_users(1000), 1000).await;
+    let report = fire::storm(&app.client, "stock-100", fire::distinct_users(1000), 1000).await;
     assert_eq!(report.transport_errors, 0);
     assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
     assert_eq!(report.count("won"), 100);
@@ -71,7 +71,7 @@ async fn code_pool_raced_by_500_users(deploy: Deploy) {
     let app = App::spawn(deploy).await;
     let codes: Vec<String> = (0..50).map(|i| format!("K7F-{i:03}")).collect();
     app.create(json!({"id": "prizes", "codes": codes})).await;
-    let report = load::storm(&app.client, "prizes", load::distinct_users(500), 500).await;
+    let report = fire::storm(&app.client, "prizes", fire::distinct_users(500), 500).await;
     assert_eq!(report.count("won"), 50);
     assert_eq!(report.count("sold_out"), 450);
     let handed: Vec<String> = won(&report)
@@ -100,7 +100,7 @@ async fn one_user_fires_200_concurrent_claims(deploy: Deploy) {
             key: None,
         })
         .collect();
-    let report = load::storm(&app.client, "one-each", shots, 200).await;
+    let report = fire::storm(&app.client, "one-each", shots, 200).await;
     assert_eq!(report.count("won"), 1);
     assert_eq!(report.count("already_claimed"), 199);
     app.settle().await;

@@ -274,8 +274,10 @@ async fn duplicate_creates_never_fail_claims(deploy: Deploy) {
     let (answers, ()) = tokio::join!(claims, creates);
     for a in answers {
         match a.expect("claim request") {
-            seckill::client::ClaimReply::Processed(a) => assert_eq!(a.outcome, Outcome::Won),
-            seckill::client::ClaimReply::Refused(s, body) => panic!("claim refused: {s} {body}"),
+            seckill::bench::client::ClaimReply::Processed(a) => assert_eq!(a.outcome, Outcome::Won),
+            seckill::bench::client::ClaimReply::Refused(s, body) => {
+                panic!("claim refused: {s} {body}")
+            }
         }
     }
     let views = converge(&app, &["dup".to_owned()]).await;

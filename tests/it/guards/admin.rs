@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use seckill::client::Client;
+use seckill::bench::client::Client;
 use seckill::config::ServeConfig;
 use seckill::guard::secret::Secret;
 

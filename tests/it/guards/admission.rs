@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::config::ServeConfig;
 use seckill::domain::Outcome;
 
@@ -107,7 +107,7 @@ async fn admission_gate_refuses_beyond_k_times_remaining() {
     let mut cfg = ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
     cfg.guard.admission_k = 1;
     let server = seckill::cli::start(cfg).await.unwrap();
-    let client = seckill::client::Client::new(&server.url(), crate::helpers::TOKEN);
+    let client = seckill::bench::client::Client::new(&server.url(), crate::helpers::TOKEN);
     client
         .create_campaign(&json!({"id": "gate", "stock": 8}))
         .await
@@ -176,7 +176,7 @@ async fn a_timeout_after_the_engine_took_the_claim_says_the_outcome_is_unknown()
     let mut cfg = ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
     cfg.guard.request_timeout_ms = 500;
     let server = seckill::cli::start(cfg).await.unwrap();
-    let client = seckill::client::Client::new(&server.url(), crate::helpers::TOKEN);
+    let client = seckill::bench::client::Client::new(&server.url(), crate::helpers::TOKEN);
     client
         .create_campaign(&json!({"id": "late", "stock": 8}))
         .await

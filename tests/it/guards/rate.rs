@@ -158,7 +158,7 @@ async fn campaign_limits_survive_a_restart_and_bad_ones_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = || ServeConfig::ephemeral(dir.path().into(), TOKEN);
     let server = seckill::cli::start(cfg()).await.unwrap();
-    let client = seckill::client::Client::new(&server.url(), TOKEN);
+    let client = seckill::bench::client::Client::new(&server.url(), TOKEN);
     client
         .create_campaign(&json!({"id": "keep", "stock": 100, "per_user_limit": 100}))
         .await
@@ -200,7 +200,7 @@ async fn campaign_limits_survive_a_restart_and_bad_ones_change_nothing() {
     server.stop().await.unwrap();
 
     let server = seckill::cli::start(cfg()).await.unwrap();
-    let client = seckill::client::Client::new(&server.url(), TOKEN);
+    let client = seckill::bench::client::Client::new(&server.url(), TOKEN);
     let (s, v) = client
         .admin(Method::GET, "/v1/campaigns/keep/limits", None)
         .await

@@ -8,15 +8,15 @@ use futures::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::fire;
 use seckill::domain::Outcome;
-use seckill::load;
 
 use super::{claim_as, engine_claims, sample, ServerProc};
 use crate::helpers::{App, TOKEN};
 use crate::invariants;
 
-fn won(report: &load::Report) -> Vec<(String, seckill::domain::ClaimAnswer)> {
+fn won(report: &fire::Report) -> Vec<(String, seckill::domain::ClaimAnswer)> {
     report
         .answers
         .iter()
@@ -36,7 +36,7 @@ async fn ten_thousand_concurrent_claims_on_stock_10() {
         .create_campaign(&json!({"id": "ten", "stock": 10}))
         .await
         .unwrap();
-    let report = load::storm(&client, "ten", load::distinct_users(10_000), 10_000).await;
+    let report = fire::storm(&client, "ten", fire::distinct_users(10_000), 10_000).await;
     assert_eq!(report.transport_errors, 0);
     assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
     assert_eq!(report.count("won"), 10);
@@ -48,14 +48,14 @@ async fn ten_thousand_concurrent_claims_on_stock_10() {
     // Sold out: the next 2,000 claims never reach the engine.
     let before = sample(&server.url, &engine_claims("ten")).await;
     assert!(before <= 10_000);
-    let late: Vec<load::Shot> = (0..2000)
-        .map(|i| load::Shot {
+    let late: Vec<fire::Shot> = (0..2000)
+        .map(|i| fire::Shot {
             user: format!("late-{i}"),
             qty: 1,
             key: None,
         })
         .collect();
-    let report = load::storm(&client, "ten", late, 500).await;
+    let report = fire::storm(&client, "ten", late, 500).await;
     assert_eq!(report.count("sold_out"), 2000);
     assert_eq!(sample(&server.url, &engine_claims("ten")).await, before);
     let fast = "seckill_campaign_fast_sold_out_total{campaign=\"ten\"}";

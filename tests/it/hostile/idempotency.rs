@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::fire::{self, Shot};
 use seckill::domain::{ClaimAnswer, Outcome};
-use seckill::load::{self, Shot};
 
 use crate::helpers::{App, Deploy, TOKEN};
 use crate::process::Proc;
@@ -91,11 +91,11 @@ async fn embedded_flood_of_fresh_keys_stays_bounded() {
     let before = rss_kib(proc.child.id());
     let t = Instant::now();
     let shots = keyed(std::iter::repeat_n("flooder".to_owned(), FLOOD), "flood");
-    let report = load::storm(&client, "flood", shots, 32).await;
+    let report = fire::storm(&client, "flood", shots, 32).await;
     assert_eq!(report.count("already_claimed"), FLOOD as u64);
     let one_user = rss_kib(proc.child.id());
     let shots = keyed((0..MANY).map(|i| format!("crowd-{i}")), "crowd");
-    let report = load::storm(&client, "flood", shots, 32).await;
+    let report = fire::storm(&client, "flood", shots, 32).await;
     assert_eq!(report.count("sold_out"), MANY as u64);
     let after = rss_kib(proc.child.id());
     eprintln!(
@@ -137,7 +137,7 @@ async fn scale_out_flood_of_fresh_keys_stays_bounded() {
         .await;
     assert_eq!(won.outcome, Outcome::Won);
     let shots = keyed(std::iter::repeat_n("flooder".to_owned(), FLOOD), "flood");
-    let report = load::storm(&app.client, "flood", shots, 32).await;
+    let report = fire::storm(&app.client, "flood", shots, 32).await;
     assert_eq!(report.count("already_claimed"), FLOOD as u64);
     assert_eq!(
         app.claim_with_key("flood", "flooder", 1, Some("first"))

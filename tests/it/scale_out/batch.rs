@@ -9,7 +9,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use redis::AsyncCommands;
 use serde_json::json;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::{ClaimAnswer, Kind, Status};
 use seckill::engine::redis::{BatchClaim, Keys, RedisConn, RedisTarget, Scripts};
 use seckill::engine::state::{CampaignDef, CampaignState};

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 
 use super::procs::Seckill;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::json;
 
-use seckill::load;
+use seckill::bench::fire;
 
 use super::{check_exact, won_of};
 use crate::helpers::{App, Deploy};
@@ -45,13 +45,13 @@ async fn campaigns_spread_over_cluster_slots_all_hold() {
 
     let storms = ids.iter().map(|id| {
         let shots = (0..300)
-            .map(|i| load::Shot {
+            .map(|i| fire::Shot {
                 user: format!("u{}", i % 60),
                 qty: 1,
                 key: None,
             })
             .collect();
-        load::storm(&app.client, id, shots, 32)
+        fire::storm(&app.client, id, shots, 32)
     });
     let reports = join_all(storms).await;
     app.settle().await;

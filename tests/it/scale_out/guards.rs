@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use reqwest::{Method, StatusCode};
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::fire::{self, Shot};
 use seckill::domain::Outcome;
-use seckill::load::{self, Shot};
 use serde_json::{json, Value};
 
 use super::procs::Seckill;
@@ -153,8 +153,8 @@ async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance
         .unwrap();
     // 3,000 claims of 1,000 users, half through each instance.
     let (ra, rb) = tokio::join!(
-        load::storm(&ca, "flash", shots(1500, 1000, "u"), 32),
-        load::storm(&cb, "flash", shots(1500, 1000, "u"), 32),
+        fire::storm(&ca, "flash", shots(1500, 1000, "u"), 32),
+        fire::storm(&cb, "flash", shots(1500, 1000, "u"), 32),
     );
     assert!(ra.refused.is_empty() && rb.refused.is_empty());
     let winners: Vec<String> = [&ra, &rb]
@@ -173,8 +173,8 @@ async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance
         sample(&cb.url(""), &engine).await,
     ];
     let (ra, rb) = tokio::join!(
-        load::storm(&ca, "flash", shots(300, 300, "late-a"), 16),
-        load::storm(&cb, "flash", shots(300, 300, "late-b"), 16),
+        fire::storm(&ca, "flash", shots(300, 300, "late-a"), 16),
+        fire::storm(&cb, "flash", shots(300, 300, "late-b"), 16),
     );
     assert_eq!((ra.count("sold_out"), rb.count("sold_out")), (300, 300));
     let after = [
@@ -218,8 +218,8 @@ async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance
     eprintln!("restock seen by the other instance after {delay:?} ({tries} sold_out first)");
     // The rest of the restock sells too, and then nothing more.
     let (ra, rb) = tokio::join!(
-        load::storm(&ca, "flash", shots(100, 100, "again-a"), 8),
-        load::storm(&cb, "flash", shots(100, 100, "again-b"), 8),
+        fire::storm(&ca, "flash", shots(100, 100, "again-a"), 8),
+        fire::storm(&cb, "flash", shots(100, 100, "again-b"), 8),
     );
     assert_eq!(ra.count("won") + rb.count("won"), 2);
 

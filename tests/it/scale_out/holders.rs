@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::Outcome;
 use serde_json::json;
 

@@ -31,7 +31,7 @@ mod worker_crash;
 
 use std::collections::{HashMap, HashSet};
 
-use seckill::client::Client;
+use seckill::bench::client::Client;
 use seckill::domain::{ClaimAnswer, Outcome};
 
 use crate::invariants;

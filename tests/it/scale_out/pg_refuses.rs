@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::Connection;
 
-use seckill::client::Client;
+use seckill::bench::client::Client;
 
 use super::procs::Seckill;
 use super::redis_outage::{check_orders, load, Log};

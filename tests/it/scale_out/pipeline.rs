@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
 use seckill::engine::redis::{RedisConn, RedisTarget, Scripts};
 use seckill::ledger::PgLedger;

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use seckill::client::Client;
+use seckill::bench::client::Client;
 
 use crate::helpers::TOKEN;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 use seckill::ledger::PgLedger;
 

@@ -4,9 +4,9 @@ use std::collections::HashSet;
 
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::fire;
 use seckill::config::ServeConfig;
-use seckill::load;
 
 use super::won_of;
 use crate::helpers::{settle_url, TOKEN};
@@ -27,7 +27,7 @@ async fn failover_to_the_replica_keeps_selling() {
         .create_campaign(&json!({"id": "failover", "stock": 100_000}))
         .await
         .unwrap();
-    let before = load::storm(&client, "failover", load::distinct_users(1000), 64).await;
+    let before = fire::storm(&client, "failover", fire::distinct_users(1000), 64).await;
     assert_eq!(before.count("won"), 1000);
     settle_url(&client).await;
     redis.wait_replicated();
@@ -59,13 +59,13 @@ async fn failover_to_the_replica_keeps_selling() {
         "the new primary served only {took:?} after the sentinel named it"
     );
     let shots = (0..1000)
-        .map(|i| load::Shot {
+        .map(|i| fire::Shot {
             user: format!("after-{i}"),
             qty: 1,
             key: None,
         })
         .collect();
-    let after = load::storm(&client, "failover", shots, 64).await;
+    let after = fire::storm(&client, "failover", shots, 64).await;
     assert_eq!(
         after.count("won"),
         1000,

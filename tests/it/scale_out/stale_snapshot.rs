@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use seckill::client::{ClaimReply, Client};
+use seckill::bench::client::{ClaimReply, Client};
 use seckill::domain::{ClaimAnswer, Outcome};
 
 use super::procs::Seckill;

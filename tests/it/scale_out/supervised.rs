@@ -14,7 +14,7 @@ use super::procs::Seckill;
 use super::redis_outage::{check_orders, load, Log, Seen};
 use crate::servers::{pg, RedisServer};
 
-async fn health(client: &seckill::client::Client) -> u16 {
+async fn health(client: &seckill::bench::client::Client) -> u16 {
     match client.http().get(client.url("/healthz")).send().await {
         Ok(r) => r.status().as_u16(),
         Err(_) => 0,

@@ -1,6 +1,6 @@
 //! Two `seckill serve` processes on one Redis and one PostgreSQL, hammered at once.
 
-use seckill::load::{self, Shot};
+use seckill::bench::fire::{self, Shot};
 use serde_json::json;
 
 use super::procs::Seckill;
@@ -35,10 +35,10 @@ async fn two_instances_share_one_gate_and_one_ledger() {
         .unwrap();
     // 8,000 claims from 400 users (each on both instances), 128 in flight on each instance.
     let (ra, rb, rc, rd) = tokio::join!(
-        load::storm(&ca, "shared-stock", shots(2000, 400, 0), 64),
-        load::storm(&cb, "shared-stock", shots(2000, 400, 3), 64),
-        load::storm(&ca, "shared-codes", shots(2000, 400, 1), 64),
-        load::storm(&cb, "shared-codes", shots(2000, 400, 5), 64),
+        fire::storm(&ca, "shared-stock", shots(2000, 400, 0), 64),
+        fire::storm(&cb, "shared-stock", shots(2000, 400, 3), 64),
+        fire::storm(&ca, "shared-codes", shots(2000, 400, 1), 64),
+        fire::storm(&cb, "shared-codes", shots(2000, 400, 5), 64),
     );
     for r in [&ra, &rb, &rc, &rd] {
         assert_eq!(r.transport_errors, 0);
@@ -81,7 +81,7 @@ async fn pause_through_one_instance_stops_buyers_on_the_other() {
     use std::time::{Duration, Instant};
 
     use parking_lot::Mutex;
-    use seckill::client::ClaimReply;
+    use seckill::bench::client::ClaimReply;
     use seckill::domain::Outcome;
 
     let redis = RedisServer::start(&[]);

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use seckill::client::Client;
-use seckill::load;
+use seckill::bench::client::Client;
+use seckill::bench::fire;
 use serde_json::json;
 
 use super::procs::Seckill;
@@ -38,7 +38,7 @@ async fn worker_sigkilled_mid_drain_loses_and_duplicates_nothing() {
         .await
         .unwrap();
     // No consumer runs yet: every won order waits in the stream.
-    let report = load::storm(&client, "backlog", load::distinct_users(6000), 128).await;
+    let report = fire::storm(&client, "backlog", fire::distinct_users(6000), 128).await;
     assert_eq!(report.count("won"), 6000);
     assert_eq!(
         lag(&client).await,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 
 use super::{verify, won, Load};

@@ -14,7 +14,7 @@ use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
-use seckill::client::ClaimReply;
+use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 
 use crate::invariants;

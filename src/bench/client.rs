@@ -1,4 +1,4 @@
-//! A small typed client of the seckill HTTP API, used by `demo`, the load generator and tests.
+//! A small typed client of the seckill HTTP API, used by `demo`, the bench and tests.
 
 use std::time::Duration;
 
