@@ -1,13 +1,16 @@
 //! One deployment of seckill on this machine, made of real processes the nemesis can hit.
 //!
 //! - **embedded**: one `seckill serve` (this very binary, `std::env::current_exe`) on a SQLite
-//!   data directory in a temp dir, started with the `SECKILL_FAULTS` hook `disk_full_while`
-//!   so the nemesis can make its disk full (every batch fails as `SQLITE_FULL`) and free it;
+//!   data directory on a 16 MiB tmpfs the nemesis fills up and frees ([`super::disk`]), or,
+//!   where mounting is refused, in a temp dir with the `SECKILL_FAULTS` hook
+//!   `disk_full_while` (every batch fails as `SQLITE_FULL` while a flag file exists);
 //! - **scale-out**: redis-server with AOF (`appendfsync always`, or `everysec` to measure that
 //!   trade-off), a throwaway PostgreSQL (`initdb` in a temp dir), instance 0 serving with
 //!   `--no-worker`, instance 1 serving with its own pipeline consumer, and a `seckill worker`:
 //!   two consumers, so a frozen one has its pending orders reclaimed by the other and then
-//!   wakes up believing they are still its own.
+//!   wakes up believing they are still its own. Instance 0 reaches Redis through an
+//!   in-process fault proxy ([`super::proxy`]), so the network between it and Redis can fail
+//!   while the others' does not.
 //!
 //! Every process keeps its port and directory across restarts, as a supervisor would.
 
@@ -22,8 +25,10 @@ use std::time::Instant;
 use anyhow::Context;
 use tokio::sync::Mutex;
 
+use super::disk::DataDisk;
 use super::procs::{free_port, listening, log_tail};
 use super::procs::{Proc, Spec};
+use super::proxy::{Mode, Proxy};
 use super::schedule::{Deployment, Target};
 use super::servers::{create_db, postgres_spec, redis_ready, redis_spec};
 
@@ -50,10 +55,12 @@ pub struct Cluster {
     pub pg_port: u16,
     /// Embedded: the SQLite ledger file.
     pub sqlite: Option<PathBuf>,
-    /// Embedded: while this file exists, the ledger's disk is full.
-    pub disk_full_flag: PathBuf,
+    /// Embedded: the data directory's disk (a real tmpfs, or the fault hook's flag).
+    pub disk: Option<DataDisk>,
     /// Scale-out: the PostgreSQL ledger.
     pub pg_url: Option<String>,
+    /// Scale-out: the fault proxy instance 0 reaches Redis through.
+    pub proxy: Option<Proxy>,
     /// Exits nobody asked for: (a crash, description).
     exits: parking_lot::Mutex<Vec<(bool, String)>>,
     dir: tempfile::TempDir,
@@ -67,7 +74,6 @@ impl Cluster {
         let dir = tempfile::Builder::new()
             .prefix("seckill-chaos")
             .tempdir_in("/tmp")?;
-        let flag = dir.path().join("disk-full");
         let mut c = Cluster {
             deployment,
             procs: BTreeMap::new(),
@@ -75,8 +81,9 @@ impl Cluster {
             redis_port: 0,
             pg_port: 0,
             sqlite: None,
-            disk_full_flag: flag.clone(),
+            disk: None,
             pg_url: None,
+            proxy: None,
             exits: parking_lot::Mutex::new(Vec::new()),
             dir,
         };
@@ -95,7 +102,8 @@ impl Cluster {
         let token = ("SECKILL_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
         match deployment {
             Deployment::Embedded => {
-                let data = root.join("data");
+                let disk = DataDisk::new(&root)?;
+                let data = disk.root().unwrap_or(&root).join("data");
                 let port = free_port()?;
                 let args = vec![
                     "serve".into(),
@@ -104,15 +112,10 @@ impl Cluster {
                     "--data".into(),
                     data.display().to_string(),
                 ];
-                let faults = (
-                    "SECKILL_FAULTS".to_owned(),
-                    format!("disk_full_while={}", flag.display()),
-                );
-                add(
-                    &mut c,
-                    Target::Instance(0),
-                    base("instance-0", args, vec![token, faults]),
-                );
+                let mut env = vec![token];
+                env.extend(disk.fault_env().map(|f| ("SECKILL_FAULTS".to_owned(), f)));
+                c.disk = Some(disk);
+                add(&mut c, Target::Instance(0), base("instance-0", args, env));
                 c.procs.insert(Target::Disk, Mutex::new(None));
                 c.ports.push(port);
                 c.sqlite = Some(data.join("seckill.db"));
@@ -127,10 +130,14 @@ impl Cluster {
                 let redis = format!("redis://127.0.0.1:{}", c.redis_port);
                 let pg = format!("postgres://postgres@127.0.0.1:{}/seckill", c.pg_port);
                 c.pg_url = Some(pg.clone());
-                let common = |extra: &[&str]| {
+                let proxy = Proxy::start(([127, 0, 0, 1], c.redis_port).into()).await?;
+                let via_proxy = format!("redis://{}", proxy.addr());
+                c.proxy = Some(proxy);
+                c.procs.insert(Target::Link, Mutex::new(None));
+                let common = |redis: &str, extra: &[&str]| {
                     let mut v: Vec<String> = vec![
                         "--redis".into(),
-                        redis.clone(),
+                        redis.to_owned(),
                         "--postgres".into(),
                         pg.clone(),
                         "--reclaim-after-ms".into(),
@@ -143,13 +150,17 @@ impl Cluster {
                     let port = free_port()?;
                     let listen = format!("127.0.0.1:{port}");
                     let mut args = vec!["serve".to_owned(), "--listen".to_owned(), listen];
-                    args.extend(common(if i == 0 { &["--no-worker"] } else { &[] }));
+                    args.extend(if i == 0 {
+                        common(&via_proxy, &["--no-worker"])
+                    } else {
+                        common(&redis, &[])
+                    });
                     let spec = base(&format!("instance-{i}"), args, vec![token.clone()]);
                     add(&mut c, Target::Instance(i), spec);
                     c.ports.push(port);
                 }
                 let mut args = vec!["worker".to_owned()];
-                args.extend(common(&[]));
+                args.extend(common(&redis, &[]));
                 add(&mut c, Target::Worker, base("worker", args, vec![]));
             }
         }
@@ -230,7 +241,9 @@ impl Cluster {
                     listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
                 }
                 // The worker has no port: alive for a second is started.
-                Target::Worker | Target::Disk => started.elapsed() > Duration::from_secs(1),
+                Target::Worker | Target::Disk | Target::Link => {
+                    started.elapsed() > Duration::from_secs(1)
+                }
             };
             if ready {
                 return Ok(());
@@ -294,7 +307,12 @@ impl Cluster {
 
     /// Every process running and thawed, the disk freed.
     pub async fn heal(&self) -> anyhow::Result<()> {
-        let _ = std::fs::remove_file(&self.disk_full_flag);
+        if let Some(d) = &self.disk {
+            d.free()?;
+        }
+        if let Some(p) = &self.proxy {
+            p.set(Mode::Pass);
+        }
         for t in self.targets() {
             self.start_target(t).await?;
         }

@@ -18,8 +18,10 @@
 
 pub mod check;
 pub mod cluster;
+pub mod disk;
 pub mod nemesis;
 pub mod procs;
+pub mod proxy;
 pub mod schedule;
 pub mod servers;
 
@@ -103,6 +105,8 @@ pub struct Totals {
     pub schedules: u64,
     pub faults: BTreeMap<String, u64>,
     pub faults_skipped: u64,
+    /// How the embedded data disk was made full: a real tmpfs, or the injected fault.
+    pub data_disk: Option<String>,
     /// Processes that exited on their own with status 1 (a dependency unreachable at start)
     /// and were started again, as a supervisor would.
     pub supervised_restarts: u64,
@@ -176,6 +180,9 @@ async fn one(
     totals: &mut Totals,
 ) -> anyhow::Result<Vec<check::Finding>> {
     let cluster = Arc::new(Cluster::start(s.deployment, opts.appendfsync).await?);
+    if let Some(d) = &cluster.disk {
+        totals.data_disk = Some(d.how().to_owned());
+    }
     let bench = bench_opts(s, &cluster.urls().join(","), opts.connections);
     let start = Instant::now();
     let nemesis = tokio::spawn(nemesis::run(
@@ -272,6 +279,9 @@ pub fn print_totals(t: &Totals, json: bool) {
     );
     for (k, n) in &t.faults {
         println!("  faults {k:<24} {n}");
+    }
+    if let Some(how) = &t.data_disk {
+        println!("  data disk full: {how}");
     }
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \

@@ -6,7 +6,8 @@
 //! start PostgreSQL again). Faults on different processes therefore overlap as the schedule
 //! says; a fault whose process is still busy with an earlier one waits for it, and is
 //! skipped if that pushed it past the end of the fault window, so the storm's last part and
-//! the drain always run on a whole deployment.
+//! the drain always run on a whole deployment. Network faults switch the mode of the fault
+//! proxy between instance 0 and Redis ([`super::proxy`]) and switch it back to pass.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::cluster::Cluster;
+use super::proxy::{Dir, Mode};
 use super::schedule::{Fault, Kind, Target};
 
 /// What became of one fault.
@@ -69,13 +71,16 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
     applied.injected_s = Some(since(start));
     let result = match (fault.kind, slot.as_mut()) {
         (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
+        (Kind::Partition | Kind::DropUp | Kind::DropDown | Kind::Latency | Kind::Reset, _) => {
+            link(cluster, fault.kind, fault.hold).await
+        }
         (kind, Some(p)) => {
             match kind {
                 Kind::Kill => p.kill().await,
                 Kind::Freeze => p.freeze(),
                 // Fast shutdown: PostgreSQL closes every connection and stops listening.
                 Kind::Outage => p.stop_with(libc::SIGINT).await,
-                Kind::DiskFull => {}
+                _ => {}
             }
             tokio::time::sleep(fault.hold).await;
             cluster.start_proc(fault.target, p).await
@@ -90,12 +95,40 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
     applied
 }
 
-/// The embedded ledger's disk is full for `hold`: the server's `SECKILL_FAULTS` hook makes
-/// every batch fail as SQLite's `SQLITE_FULL` while the flag file exists.
+/// The embedded ledger's disk is full for `hold`: its tmpfs filled with a file, or the
+/// server's `SECKILL_FAULTS` hook failing every batch as `SQLITE_FULL` ([`super::disk`]).
 async fn disk_full(cluster: &Cluster, hold: Duration) -> anyhow::Result<()> {
-    std::fs::write(&cluster.disk_full_flag, b"full")?;
+    let disk = cluster
+        .disk
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("this deployment has no data disk"))?;
+    disk.fill().await?;
     tokio::time::sleep(hold).await;
-    std::fs::remove_file(&cluster.disk_full_flag)?;
+    disk.free()
+}
+
+/// A network fault between instance 0 and Redis, through the cluster's fault proxy.
+async fn link(cluster: &Cluster, kind: Kind, hold: Duration) -> anyhow::Result<()> {
+    let proxy = cluster
+        .proxy
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("this deployment has no Redis link"))?;
+    let mode = match kind {
+        Kind::Reset => {
+            proxy.reset();
+            return Ok(());
+        }
+        Kind::Partition => Mode::Blackhole,
+        Kind::DropUp => Mode::Drop(Dir::Up),
+        Kind::DropDown => Mode::Drop(Dir::Down),
+        _ => Mode::Latency {
+            min: Duration::from_millis(50),
+            max: Duration::from_millis(300),
+        },
+    };
+    proxy.set(mode);
+    tokio::time::sleep(hold).await;
+    proxy.set(Mode::Pass);
     Ok(())
 }
 

@@ -36,6 +36,8 @@ pub enum Target {
     Postgres,
     /// The embedded data directory's filesystem.
     Disk,
+    /// Scale-out: the network between instance 0 and Redis (through the fault proxy).
+    Link,
 }
 
 impl std::str::FromStr for Target {
@@ -49,10 +51,11 @@ impl std::str::FromStr for Target {
             "redis-server" => Target::Redis,
             "postgres" => Target::Postgres,
             "data-disk" => Target::Disk,
+            "redis-link" => Target::Link,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
-                     postgres, data-disk)"
+                     postgres, data-disk, redis-link)"
                 ))
             }
         })
@@ -67,6 +70,7 @@ impl fmt::Display for Target {
             Target::Redis => f.write_str("redis-server"),
             Target::Postgres => f.write_str("postgres"),
             Target::Disk => f.write_str("data-disk"),
+            Target::Link => f.write_str("redis-link"),
         }
     }
 }
@@ -83,6 +87,16 @@ pub enum Kind {
     DiskFull,
     /// PostgreSQL is down (fast shutdown) for 30 s, orders piling up in the stream.
     Outage,
+    /// The link holds every byte both ways and accepts no connection (a silent partition).
+    Partition,
+    /// The link discards what the instance sends to Redis.
+    DropUp,
+    /// The link discards what Redis sends to the instance.
+    DropDown,
+    /// The link delays every chunk 50–300 ms each way.
+    Latency,
+    /// The link closes every connection at once.
+    Reset,
 }
 
 impl fmt::Display for Kind {
@@ -92,6 +106,11 @@ impl fmt::Display for Kind {
             Kind::Freeze => "SIGSTOP",
             Kind::DiskFull => "disk full",
             Kind::Outage => "unreachable",
+            Kind::Partition => "partition",
+            Kind::DropUp => "drop instance->redis",
+            Kind::DropDown => "drop redis->instance",
+            Kind::Latency => "latency 50-300ms",
+            Kind::Reset => "reset",
         })
     }
 }
@@ -110,7 +129,8 @@ impl fmt::Display for Fault {
         let verb = match self.kind {
             Kind::Kill => "restart after",
             Kind::Freeze => "SIGCONT after",
-            Kind::DiskFull | Kind::Outage => "for",
+            Kind::Reset => "then",
+            _ => "for",
         };
         write!(
             f,
@@ -196,6 +216,9 @@ impl Schedule {
                 Kind::Freeze => r.gen_range(3.0..8.0),
                 Kind::DiskFull => r.gen_range(1.0..5.0),
                 Kind::Outage => 30.0,
+                Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
+                Kind::Latency => r.gen_range(2.0..6.0),
+                Kind::Reset => 0.0,
             };
             let hold = f64::min(hold, end - 1.5).max(0.0);
             let at = r.gen_range(1.0..(end - hold).max(1.5));
@@ -255,6 +278,11 @@ fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
                 (Target::Worker, Kind::Freeze),
                 (Target::Redis, Kind::Kill),
                 (Target::Postgres, Kind::Kill),
+                (Target::Link, Kind::Partition),
+                (Target::Link, Kind::DropUp),
+                (Target::Link, Kind::DropDown),
+                (Target::Link, Kind::Latency),
+                (Target::Link, Kind::Reset),
             ];
             if long_outage {
                 v.push((Target::Postgres, Kind::Outage));

@@ -8,16 +8,17 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Seed 42's first two schedules per deployment: between them, kill -9 and SIGSTOP of the
-/// embedded server, a full disk, kill -9 of instances, the worker, redis-server and
-/// PostgreSQL (checked below, so a change of the generator cannot quietly drop them).
+/// Seed 52's first two schedules per deployment: between them, kill -9 of the embedded
+/// server, a full disk, kill -9 of redis-server and PostgreSQL, and network faults between
+/// instance 0 and Redis (connections reset, each direction's bytes dropped) — checked below,
+/// so a change of the generator cannot quietly drop them.
 #[test]
 fn short_campaign_finds_no_violation() {
     let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
         .args([
             "chaos",
             "--seed",
-            "42",
+            "52",
             "--schedules",
             "2",
             "--storm",
@@ -42,16 +43,22 @@ fn short_campaign_finds_no_violation() {
     assert!(t["orders_checked"].as_u64().unwrap() > 0, "{stdout}");
     // Requests cut off by the faults: the faults really hit the servers.
     assert!(t["no_answer"].as_u64().unwrap() > 0, "{stdout}");
+    // Which full disk ran (a real tmpfs as root, else the injected SQLITE_FULL) is reported.
+    eprintln!("data disk full: {}", t["data_disk"]);
+    assert!(t["data_disk"].is_string(), "{stdout}");
     let faults = t["faults"].as_object().expect("fault counts");
     for kind in [
         "kill -9 instance-0",
         "disk full data-disk",
         "kill -9 redis-server",
         "kill -9 postgres",
+        "reset redis-link",
+        "drop instance->redis redis-link",
+        "drop redis->instance redis-link",
     ] {
         assert!(
             faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
-            "seed 42 no longer injects {kind}: {faults:?}"
+            "seed 52 no longer injects {kind}: {faults:?}"
         );
     }
 }
