@@ -14,6 +14,7 @@
 //! | `commit_unknown_after=N` | the N-th non-empty batch commits, then reports an I/O error |
 //! | `writer_panic_after=N` | the N-th non-empty batch panics before it is written |
 //! | `disk_full_while=PATH` | while PATH exists, every batch fails as SQLite's `SQLITE_FULL` |
+//! | `stop_after_reclaim=PATH` | if PATH exists when the pipeline has reclaimed entries and is about to write them, PATH is removed and the process stops itself with SIGSTOP (a pause at the worst moment for the reclaim lease) |
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ struct Faults {
     commit_unknown_after: Option<u64>,
     writer_panic_after: Option<u64>,
     disk_full_while: Option<PathBuf>,
+    stop_after_reclaim: Option<PathBuf>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -41,6 +43,7 @@ fn parse(spec: &str) -> Faults {
             "commit_unknown_after" => f.commit_unknown_after = value.parse().ok(),
             "writer_panic_after" => f.writer_panic_after = value.parse().ok(),
             "disk_full_while" => f.disk_full_while = Some(PathBuf::from(value)),
+            "stop_after_reclaim" => f.stop_after_reclaim = Some(PathBuf::from(value)),
             _ => tracing::warn!(entry, "unknown SECKILL_FAULTS entry ignored"),
         }
     }
@@ -82,6 +85,18 @@ pub fn next_batch() -> BatchFault {
         return BatchFault::UnknownAfterCommit;
     }
     BatchFault::None
+}
+
+/// Called by the pipeline between reclaiming entries and writing them.
+pub fn after_reclaim() {
+    let Some(path) = &faults().stop_after_reclaim else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        tracing::warn!("test hook: stopping this process after a reclaim (SIGSTOP)");
+        // SAFETY: raise only sends a signal to this process.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
 }
 
 #[cfg(test)]
