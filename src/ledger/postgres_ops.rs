@@ -325,7 +325,7 @@ impl PgLedger {
     ) -> anyhow::Result<Vec<Order>> {
         let mut tx = self.pool.begin().await?;
         if let Some((job, f)) = fence {
-            if !crate::lock::fenced::check_and_set(&mut *tx, job, f).await? {
+            if !crate::lock::fenced::check_and_set(&mut tx, job, f).await? {
                 return Err(StaleFence {
                     job: job.to_owned(),
                     fence: f,
