@@ -1,4 +1,5 @@
-//! Storage faults a test can inject into a real `seckill serve` process.
+//! Storage faults (and one pause of the scale-out pipeline) a test can inject into a real
+//! `seckill serve` or `seckill worker` process.
 //!
 //! Some faults cannot be produced from outside on every machine: an I/O error that SQLite
 //! reports *after* its COMMIT reached the file, a panic inside the ledger writer, or (where
@@ -105,7 +106,11 @@ mod tests {
 
     #[test]
     fn parses_entries_and_ignores_unknown_ones() {
-        let f = parse("commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope");
+        let f = parse(
+            "commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope,\
+             stop_after_reclaim=/tmp/s",
+        );
+        assert_eq!(f.stop_after_reclaim, Some(PathBuf::from("/tmp/s")));
         assert_eq!(f.commit_unknown_after, Some(3));
         assert_eq!(f.writer_panic_after, None);
         assert_eq!(f.disk_full_while, Some(PathBuf::from("/tmp/f")));
