@@ -1,4 +1,5 @@
-//! Storage faults a test can inject into a real `seckill serve` process.
+//! Storage faults (and one pause of the scale-out pipeline) a test can inject into a real
+//! `seckill serve` or `seckill worker` process.
 //!
 //! Some faults cannot be produced from outside on every machine: an I/O error that SQLite
 //! reports *after* its COMMIT reached the file, a panic inside the ledger writer, or (where
@@ -14,6 +15,7 @@
 //! | `commit_unknown_after=N` | the N-th non-empty batch commits, then reports an I/O error |
 //! | `writer_panic_after=N` | the N-th non-empty batch panics before it is written |
 //! | `disk_full_while=PATH` | while PATH exists, every batch fails as SQLite's `SQLITE_FULL` |
+//! | `stop_after_reclaim=PATH` | if PATH exists when the pipeline has reclaimed entries and is about to write them, PATH is removed and the process stops itself with SIGSTOP (a pause at the worst moment for the reclaim lease) |
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +26,7 @@ struct Faults {
     commit_unknown_after: Option<u64>,
     writer_panic_after: Option<u64>,
     disk_full_while: Option<PathBuf>,
+    stop_after_reclaim: Option<PathBuf>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -41,6 +44,7 @@ fn parse(spec: &str) -> Faults {
             "commit_unknown_after" => f.commit_unknown_after = value.parse().ok(),
             "writer_panic_after" => f.writer_panic_after = value.parse().ok(),
             "disk_full_while" => f.disk_full_while = Some(PathBuf::from(value)),
+            "stop_after_reclaim" => f.stop_after_reclaim = Some(PathBuf::from(value)),
             _ => tracing::warn!(entry, "unknown SECKILL_FAULTS entry ignored"),
         }
     }
@@ -84,13 +88,29 @@ pub fn next_batch() -> BatchFault {
     BatchFault::None
 }
 
+/// Called by the pipeline between reclaiming entries and writing them.
+pub fn after_reclaim() {
+    let Some(path) = &faults().stop_after_reclaim else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        tracing::warn!("test hook: stopping this process after a reclaim (SIGSTOP)");
+        // SAFETY: raise only sends a signal to this process.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_entries_and_ignores_unknown_ones() {
-        let f = parse("commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope");
+        let f = parse(
+            "commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope,\
+             stop_after_reclaim=/tmp/s",
+        );
+        assert_eq!(f.stop_after_reclaim, Some(PathBuf::from("/tmp/s")));
         assert_eq!(f.commit_unknown_after, Some(3));
         assert_eq!(f.writer_panic_after, None);
         assert_eq!(f.disk_full_while, Some(PathBuf::from("/tmp/f")));

@@ -53,6 +53,15 @@ pub fn sqlstate_class(e: &anyhow::Error) -> Option<String> {
 
 /// Whether PostgreSQL refused the data itself (bad value, constraint) rather than being
 /// unreachable: such a write will fail the same way however often it is retried.
+/// A fenced write refused: a later holder of the job's lease has written with a higher fence.
+/// The transaction was rolled back.
+#[derive(Debug, thiserror::Error)]
+#[error("job {job}: fence {fence} is lower than the highest recorded; nothing was written")]
+pub struct StaleFence {
+    pub job: String,
+    pub fence: u64,
+}
+
 pub fn is_data_error(e: &anyhow::Error) -> bool {
     matches!(sqlstate_class(e).as_deref(), Some("22" | "23"))
 }
@@ -305,8 +314,25 @@ impl PgLedger {
     /// Inserts orders from the pipeline in one transaction, idempotently. Returns the ones
     /// whose order id the ledger already holds for a *different* order (same user, qty, codes
     /// and time is a harmless redelivery): Redis lost acknowledged writes and reissued the id.
-    pub async fn insert_pipeline_orders(&self, orders: &[Order]) -> anyhow::Result<Vec<Order>> {
+    ///
+    /// With `fence = Some((job, f))` the same transaction first records `f` as `job`'s fence in
+    /// `job_fences`; if a higher fence was recorded already (another holder of the job's lease
+    /// wrote since), nothing is written and the error is [`StaleFence`].
+    pub async fn insert_pipeline_orders(
+        &self,
+        orders: &[Order],
+        fence: Option<(&str, u64)>,
+    ) -> anyhow::Result<Vec<Order>> {
         let mut tx = self.pool.begin().await?;
+        if let Some((job, f)) = fence {
+            if !crate::lock::fenced::check_and_set(&mut tx, job, f).await? {
+                return Err(StaleFence {
+                    job: job.to_owned(),
+                    fence: f,
+                }
+                .into());
+            }
+        }
         let refs: Vec<&Order> = orders.iter().collect();
         let inserted = super::postgres::insert_orders(&mut tx, &refs).await?;
         let mut collisions = Vec::new();

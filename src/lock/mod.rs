@@ -20,7 +20,9 @@
 //! [`http`] speaks the HTTP contract of a running seckill (`/v1/locks/…`) as a fourth
 //! [`LockBackend`], so `seckill lock run` works the same against a server or against Redis.
 //! [`singleton::run_once`] runs seckill's own run-once jobs (the scale-out start-up reconcile)
-//! under a lease, with the fence recorded in PostgreSQL's `job_fences` first.
+//! under a lease, with the fence recorded in PostgreSQL's `job_fences` first; the pipeline's
+//! takeover of stalled consumers' orders holds a lease of its own and writes under its fence
+//! (`crate::pipeline`, `consumer/reclaim.rs`).
 //! [`Locks`] adds waiting (`wait`) on top of any backend, and [`guard::LeaseGuard`] extends a
 //! lease in the background and says the moment it is lost. docs/LOCKS.md states what each
 //! backend guarantees.

@@ -1,9 +1,11 @@
 //! One consumer of the order streams: read, insert in one transaction, acknowledge.
 //!
 //! [`Consumer::step`] is one pass over every campaign's stream, callable on its own from
-//! tests: entries this consumer already holds (after a failure or a restart under the same
-//! name), entries another consumer has held longer than `reclaim_after` (it crashed:
-//! XAUTOCLAIM), then new ones (XREADGROUP `>`). The orders go to PostgreSQL in one transaction
+//! tests: entries another consumer has held longer than `reclaim_after` (it crashed:
+//! XAUTOCLAIM) — only by the one consumer holding the reclaim lease, in a transaction of their
+//! own that carries the lease's fence (see [`reclaim`]) —, entries this consumer already holds
+//! (after a failure or a restart under the same name), then new ones (XREADGROUP `>`), which
+//! never wait on the lease. The orders go to PostgreSQL in one transaction
 //! with `ON CONFLICT DO NOTHING` on the order id, so an entry delivered twice is harmless, and
 //! the entries are acknowledged and deleted only after the commit. If PostgreSQL is
 //! unreachable nothing is acknowledged: the streams buffer, and the next step retries.
@@ -23,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::streams::{StreamId, StreamReadReply};
 
 use super::entry::Entry;
 use super::PipelineOptions;
@@ -51,6 +53,8 @@ pub struct Consumer {
     recheck_own: bool,
     /// Fenced campaigns waiting for their stream to drain before their gate is rebuilt.
     fenced: std::collections::BTreeSet<String>,
+    /// The reclaim lease, when this consumer holds it.
+    reclaim: reclaim::Reclaim,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -60,6 +64,9 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
 }
 
 mod fence;
+mod reclaim;
+
+pub use reclaim::RECLAIM_JOB;
 
 impl Consumer {
     /// A consumer on its own Redis connection (`conn` must not be shared with the claim path).
@@ -69,6 +76,7 @@ impl Consumer {
         scripts: Arc<Scripts>,
         opts: PipelineOptions,
     ) -> Self {
+        let reclaim = reclaim::Reclaim::new(&conn);
         Self {
             conn,
             ledger,
@@ -79,6 +87,7 @@ impl Consumer {
             reclaimed: None,
             recheck_own: true,
             fenced: Default::default(),
+            reclaim,
         }
     }
 
@@ -97,6 +106,11 @@ impl Consumer {
 
     pub fn name(&self) -> &str {
         &self.opts.consumer
+    }
+
+    /// Releases the reclaim lease if this consumer holds it (on shutdown).
+    pub async fn release_lease(&mut self) {
+        self.reclaim.release().await;
     }
 
     /// Refreshes the campaign list from the ledger; keeps the last one if it is unreachable.
@@ -121,11 +135,13 @@ impl Consumer {
     /// One pass: gather up to `batch` entries, persist them, acknowledge what is done.
     pub async fn step(&mut self) -> anyhow::Result<Step> {
         self.refresh().await;
-        let reclaim_every =
-            (self.opts.reclaim_after / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let mut reclaim = self.reclaimed.is_none_or(|t| t.elapsed() >= reclaim_every);
-        if reclaim {
+        let mut reclaimed = Step::default();
+        if self
+            .reclaimed
+            .is_none_or(|t| t.elapsed() >= self.reclaim_every())
+        {
             self.reclaimed = Some(Instant::now());
+            reclaimed = self.reclaim_step().await?;
         }
         let mut entries = Vec::new();
         // Own unacknowledged entries first when asked; if there are none, new ones at once.
@@ -138,7 +154,7 @@ impl Consumer {
                 if room == 0 {
                     break;
                 }
-                match self.gather(&id, room, reclaim, own).await {
+                match self.gather(&id, room, own).await {
                     Ok(mut e) => entries.append(&mut e),
                     Err(e) if is_nogroup(&e) => continue,
                     Err(e) => {
@@ -147,27 +163,24 @@ impl Consumer {
                     }
                 }
             }
-            reclaim = false;
             if !entries.is_empty() {
                 break;
             }
             self.recheck_own = false;
         }
-        let step = self.process(entries).await;
+        let step = self.process(entries, None).await;
         if step.is_err() {
             self.recheck_own = true;
         }
         self.rebuild_fenced().await?;
-        step
+        step.map(|s| Step {
+            read: s.read + reclaimed.read,
+            persisted: s.persisted + reclaimed.persisted,
+            poisoned: s.poisoned + reclaimed.poisoned,
+        })
     }
 
-    async fn gather(
-        &mut self,
-        id: &str,
-        room: usize,
-        reclaim: bool,
-        own: bool,
-    ) -> redis::RedisResult<Vec<Entry>> {
+    async fn gather(&mut self, id: &str, room: usize, own: bool) -> redis::RedisResult<Vec<Entry>> {
         let stream = Keys::new(id).orders();
         let mut out = Vec::new();
         let wrap = |s: StreamId| Entry {
@@ -175,34 +188,6 @@ impl Consumer {
             stream_id: s.id,
             fields: s.map,
         };
-        if reclaim {
-            let mut cursor = "0-0".to_owned();
-            while out.len() < room {
-                let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-                    .arg(&stream)
-                    .arg(GROUP)
-                    .arg(&self.opts.consumer)
-                    .arg(self.opts.reclaim_after.as_millis() as u64)
-                    .arg(&cursor)
-                    .arg("COUNT")
-                    .arg(room - out.len())
-                    .query_async(&mut self.conn)
-                    .await?;
-                if !reply.claimed.is_empty() {
-                    tracing::warn!(
-                        campaign = id,
-                        entries = reply.claimed.len(),
-                        "took over orders of a stalled consumer"
-                    );
-                }
-                out.extend(reply.claimed.into_iter().map(wrap));
-                cursor = reply.next_stream_id;
-                if cursor == "0-0" {
-                    break;
-                }
-            }
-        }
-        let room = room.saturating_sub(out.len());
         if room > 0 {
             let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
                 .arg("GROUP")
@@ -222,7 +207,10 @@ impl Consumer {
         Ok(out)
     }
 
-    async fn process(&mut self, entries: Vec<Entry>) -> anyhow::Result<Step> {
+    /// Persists `entries` and acknowledges them; with `fence`, every transaction that inserts
+    /// them first records the fence of the reclaim lease ([`RECLAIM_JOB`]).
+    async fn process(&mut self, entries: Vec<Entry>, fence: Option<u64>) -> anyhow::Result<Step> {
+        let fence = fence.map(|f| (RECLAIM_JOB, f));
         let mut step = Step {
             read: entries.len(),
             ..Step::default()
@@ -241,7 +229,7 @@ impl Consumer {
             return Ok(step);
         }
         let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
-        match self.ledger.insert_pipeline_orders(&orders).await {
+        match self.ledger.insert_pipeline_orders(&orders, fence).await {
             // The test hook of `crate::supervise`: die after the commit, before the ack.
             Ok(_) if crate::supervise::test_panic(super::TASK) => {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")
@@ -258,7 +246,7 @@ impl Consumer {
                     // The same conflict check as a batch: a different order under this id is
                     // the gate's lost state, never absorbed.
                     let one = std::slice::from_ref(order);
-                    match self.ledger.insert_pipeline_orders(one).await {
+                    match self.ledger.insert_pipeline_orders(one, fence).await {
                         Ok(collided) => {
                             self.collisions(&good, &collided).await?;
                             self.ack([entry]).await?;

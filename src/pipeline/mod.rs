@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use consumer::{Consumer, Step};
+pub use consumer::{Consumer, Step, RECLAIM_JOB};
 pub use entry::Entry;
 
 use crate::engine::redis::{Health, Keys, RedisConn, RedisTarget, Scripts};
@@ -158,6 +158,7 @@ async fn run(mut consumer: Consumer, mut stopped: watch::Receiver<bool>) -> anyh
             _ = redis_back(&mut redis, generation) => (idle, backoff) = (IDLE_MIN, BACKOFF_MIN),
         }
     }
+    consumer.release_lease().await;
     tracing::info!(consumer = consumer.name(), "order pipeline stopped");
     Ok(())
 }

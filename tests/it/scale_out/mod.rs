@@ -20,6 +20,7 @@ mod poison_cancel;
 pub(crate) mod procs;
 mod rebuild;
 mod rebuild_race;
+mod reclaim_lease;
 mod redis_outage;
 mod redis_settings;
 mod reissued;

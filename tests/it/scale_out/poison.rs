@@ -118,18 +118,18 @@ async fn reissued_order_id_is_told_apart_from_a_redelivery() {
     };
     let first = order("alice");
     assert!(ledger
-        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .insert_pipeline_orders(std::slice::from_ref(&first), None)
         .await
         .unwrap()
         .is_empty());
     let redelivered = ledger
-        .insert_pipeline_orders(std::slice::from_ref(&first))
+        .insert_pipeline_orders(std::slice::from_ref(&first), None)
         .await
         .unwrap();
     assert!(redelivered.is_empty(), "the same order again is harmless");
     let other = order("bob");
     let collisions = ledger
-        .insert_pipeline_orders(std::slice::from_ref(&other))
+        .insert_pipeline_orders(std::slice::from_ref(&other), None)
         .await
         .unwrap();
     assert_eq!(

@@ -47,10 +47,24 @@ impl Seckill {
 
     /// `seckill worker` against `redis` and `postgres`, plus `extra` flags.
     pub fn worker(redis: &[String], postgres: &str, extra: &[&str]) -> Seckill {
+        Self::worker_env(redis, postgres, extra, &[])
+    }
+
+    /// [`Seckill::worker`] with extra environment variables.
+    pub fn worker_env(
+        redis: &[String],
+        postgres: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Seckill {
         let mut args = vec!["worker".to_string()];
         args.extend(scale_args(redis, postgres));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(args, &[], "seckill worker running")
+        Self::start(args, env, "seckill worker running")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
     }
 
     fn start(args: Vec<String>, env: &[(&str, &str)], ready: &str) -> Seckill {
