@@ -7,8 +7,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use seckill::bench::fire;
 use seckill::engine::redis::{Keys, GROUP};
-use seckill::load;
 use seckill::pipeline::RECLAIM_JOB;
 use serde_json::json;
 
@@ -85,7 +85,7 @@ async fn only_the_lease_holder_reclaims_and_a_paused_holder_is_fenced_off() {
         .create_campaign(&json!({"id": "fenced", "stock": STOCK}))
         .await
         .unwrap();
-    let report = load::storm(&client, "fenced", load::distinct_users(STOCK as usize), 64).await;
+    let report = fire::storm(&client, "fenced", fire::distinct_users(STOCK as usize), 64).await;
     assert_eq!(report.count("won"), STOCK);
 
     // A consumer that read orders and died: they stay pending under its name.
