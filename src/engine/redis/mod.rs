@@ -32,6 +32,7 @@ mod refuse;
 mod scripts;
 mod sentinel;
 mod settings;
+mod startup;
 mod stock;
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub use ratelimit::RedisLimiter;
 pub use refuse::DEPENDENCY_GRACE;
 pub use scripts::{Claimed, Scripts};
 pub use settings::Watch as RedisSettings;
+pub use startup::RECONCILE_JOB;
 pub use stock::StockKeeper;
 
 use crate::domain::{
@@ -97,6 +99,8 @@ pub struct ScaleOut {
     settings: Arc<settings::Watch>,
     /// Campaigns whose last admin change may be saved but not applied (`catch_up.rs`).
     behind: catch_up::Behind,
+    /// Leases on this deployment's Redis: the lock routes and the start-up reconcile.
+    locks: crate::lock::Locks,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -104,9 +108,6 @@ pub struct ScaleOut {
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
 /// longest a `PUT …/limits` through one instance takes to apply on the others.
 pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
-
-/// The lock (and `job_fences` row) of the start-up reconcile.
-pub const RECONCILE_JOB: &str = "seckill-startup-reconcile";
 
 /// Longest a claim waits for Redis before answering 503.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -145,6 +146,8 @@ impl ScaleOut {
             (idem_ttl_secs, opts.idempotency_limits),
             CLAIM_TIMEOUT,
         );
+        let locks =
+            crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(redis.clone())));
         let me = Arc::new_cyclic(|me| Self {
             claims,
             redis,
@@ -156,29 +159,11 @@ impl ScaleOut {
             limiter,
             stock,
             behind: catch_up::Behind::default(),
+            locks,
             me: me.clone(),
         });
         // Instances starting together reconcile one after the other, under a lease.
-        let locks = crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(
-            me.redis.clone(),
-        )));
-        let owner = format!("seckill-{}", std::process::id());
-        crate::lock::singleton::run_once(
-            &locks,
-            ledger.pool(),
-            RECONCILE_JOB,
-            &owner,
-            Duration::from_secs(30),
-            |_fence| async {
-                for id in ledger.campaign_ids().await? {
-                    me.reconcile(&id).await.map_err(|e| {
-                        anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
-                    })?;
-                }
-                anyhow::Ok(())
-            },
-        )
-        .await?;
+        startup::reconcile_all(&me).await?;
         let seen = me.check_and_open().await?;
         let weak = Arc::downgrade(&me);
         supervisor.spawn(catch_up::TASK, move |_| catch_up::run(weak.clone()));
@@ -376,8 +361,7 @@ impl Backend for ScaleOut {
     }
 
     fn locks(&self) -> Option<crate::lock::Locks> {
-        let store = crate::lock::redis::RedisLocks::new(self.conn());
-        Some(crate::lock::Locks::new(Arc::new(store)))
+        Some(self.locks.clone())
     }
 
     async fn claim(
