@@ -21,7 +21,7 @@ mod sqlite_writes;
 pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
 pub use postgres::PgLedger;
-pub use postgres_ops::{is_data_error, FailedOrder, Restocked, StaleFence};
+pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
 pub use sqlite::SqliteLedger;
 pub use sqlite_writer::WriteFault;
 

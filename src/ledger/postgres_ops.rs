@@ -53,15 +53,6 @@ pub fn sqlstate_class(e: &anyhow::Error) -> Option<String> {
 
 /// Whether PostgreSQL refused the data itself (bad value, constraint) rather than being
 /// unreachable: such a write will fail the same way however often it is retried.
-/// A fenced write refused: a later holder of the job's lease has written with a higher fence.
-/// The transaction was rolled back.
-#[derive(Debug, thiserror::Error)]
-#[error("job {job}: fence {fence} is lower than the highest recorded; nothing was written")]
-pub struct StaleFence {
-    pub job: String,
-    pub fence: u64,
-}
-
 pub fn is_data_error(e: &anyhow::Error) -> bool {
     matches!(sqlstate_class(e).as_deref(), Some("22" | "23"))
 }
@@ -317,7 +308,7 @@ impl PgLedger {
     ///
     /// With `fence = Some((job, f))` the same transaction first records `f` as `job`'s fence in
     /// `job_fences`; if a higher fence was recorded already (another holder of the job's lease
-    /// wrote since), nothing is written and the error is [`StaleFence`].
+    /// wrote since), nothing is written and the error is [`StaleFence`](crate::lock::fenced::StaleFence).
     pub async fn insert_pipeline_orders(
         &self,
         orders: &[Order],
@@ -325,13 +316,7 @@ impl PgLedger {
     ) -> anyhow::Result<Vec<Order>> {
         let mut tx = self.pool.begin().await?;
         if let Some((job, f)) = fence {
-            if !crate::lock::fenced::check_and_set(&mut tx, job, f).await? {
-                return Err(StaleFence {
-                    job: job.to_owned(),
-                    fence: f,
-                }
-                .into());
-            }
+            crate::lock::fenced::require(&mut tx, job, f).await?;
         }
         let refs: Vec<&Order> = orders.iter().collect();
         let inserted = super::postgres::insert_orders(&mut tx, &refs).await?;

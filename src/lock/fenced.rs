@@ -23,6 +23,27 @@ pub async fn check_and_set(conn: &mut PgConnection, job: &str, fence: u64) -> sq
     Ok(row.is_some())
 }
 
+/// A fenced write refused: a later holder of the job's lease has written with a higher fence.
+#[derive(Debug, thiserror::Error)]
+#[error("job {job}: fence {fence} is lower than the highest recorded; nothing was written")]
+pub struct StaleFence {
+    pub job: String,
+    pub fence: u64,
+}
+
+/// [`check_and_set`] as a precondition of the caller's transaction: a lower fence is the error
+/// [`StaleFence`], and the caller's `?` drops (rolls back) the transaction.
+pub async fn require(conn: &mut PgConnection, job: &str, fence: u64) -> anyhow::Result<()> {
+    if check_and_set(conn, job, fence).await? {
+        return Ok(());
+    }
+    Err(StaleFence {
+        job: job.to_owned(),
+        fence,
+    }
+    .into())
+}
+
 /// The highest fence `job` has written with, if any.
 pub async fn highest(conn: &mut PgConnection, job: &str) -> sqlx::Result<Option<u64>> {
     let f: Option<i64> = sqlx::query_scalar("SELECT fence FROM job_fences WHERE job = $1")

@@ -26,7 +26,7 @@ use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 
 use super::{is_nogroup, Consumer, Step};
 use crate::engine::redis::{Keys, RedisConn, GROUP};
-use crate::ledger::StaleFence;
+use crate::lock::fenced::StaleFence;
 use crate::lock::{redis::RedisLocks, Attempt, LeaseGuard, Locks};
 use crate::pipeline::entry::Entry;
 
