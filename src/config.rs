@@ -260,6 +260,7 @@ impl ClaimBatchArgs {
         crate::engine::redis::BatchOptions {
             max: self.claim_batch as usize,
             wait: std::time::Duration::from_micros(self.claim_batch_wait_us),
+            replicas: None,
         }
     }
 }
@@ -300,6 +301,15 @@ pub struct PipelineArgs {
     /// it reads through another).
     #[arg(long, env = "SECKILL_PG_CONNECTIONS", default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub pg_connections: u32,
+
+    /// Answer claims and move orders into the ledger only once this many Redis replicas have
+    /// them (Redis WAIT); 0: never wait. Default: 1 with --redis-sentinel, else 0.
+    #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub redis_wait_replicas: Option<u32>,
+
+    /// Longest a claim batch waits for the replicas before answering 503 (outcome unknown).
+    #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub redis_wait_timeout_ms: u64,
 }
 
 impl Default for PipelineArgs {
@@ -309,13 +319,23 @@ impl Default for PipelineArgs {
             reclaim_after_ms: 30_000,
             consumer: None,
             pg_connections: 16,
+            redis_wait_replicas: None,
+            redis_wait_timeout_ms: 500,
         }
     }
 }
 
 impl PipelineArgs {
-    pub fn options(&self) -> crate::pipeline::PipelineOptions {
+    /// `--redis-wait-replicas`, defaulting to 1 behind Sentinel (`sentinel`), else off.
+    pub fn wait_replicas(&self, sentinel: bool) -> Option<crate::engine::redis::WaitReplicas> {
+        let n = self.redis_wait_replicas.unwrap_or(u32::from(sentinel));
+        crate::engine::redis::WaitReplicas::new(n, self.redis_wait_timeout_ms)
+    }
+
+    /// The pipeline's options; `sentinel` as in [`Self::wait_replicas`].
+    pub fn options(&self, sentinel: bool) -> crate::pipeline::PipelineOptions {
         let mut o = crate::pipeline::PipelineOptions::new();
+        o.replicas = self.wait_replicas(sentinel);
         o.batch = self.pipeline_batch as usize;
         o.reclaim_after = std::time::Duration::from_millis(self.reclaim_after_ms);
         if let Some(name) = &self.consumer {

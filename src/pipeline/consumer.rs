@@ -30,7 +30,7 @@ use redis::streams::{StreamId, StreamReadReply};
 use super::entry::Entry;
 use super::PipelineOptions;
 use crate::domain::{now, Order};
-use crate::engine::redis::{Keys, RedisConn, Scripts, GROUP};
+use crate::engine::redis::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
 use crate::ledger::{is_data_error, FailedOrder, PgLedger};
 
 /// What one step did.
@@ -55,6 +55,8 @@ pub struct Consumer {
     fenced: std::collections::BTreeSet<String>,
     /// The reclaim lease, when this consumer holds it.
     reclaim: reclaim::Reclaim,
+    /// The Redis link when this step started reading (`--redis-wait-replicas`).
+    read_on: Option<Health>,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -88,6 +90,7 @@ impl Consumer {
             recheck_own: true,
             fenced: Default::default(),
             reclaim,
+            read_on: None,
         }
     }
 
@@ -134,6 +137,7 @@ impl Consumer {
 
     /// One pass: gather up to `batch` entries, persist them, acknowledge what is done.
     pub async fn step(&mut self) -> anyhow::Result<Step> {
+        self.read_on = WaitReplicas::before(&self.conn);
         self.refresh().await;
         let mut reclaimed = Step::default();
         if self
@@ -229,6 +233,12 @@ impl Consumer {
             return Ok(step);
         }
         let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
+        if let Some(w) = self.opts.replicas {
+            // A demoted primary's orders never reach a replica, so never the ledger either.
+            w.confirm(&self.conn, self.read_on).await.map_err(|e| {
+                e.context("the orders are not on a replica yet; they stay in the stream")
+            })?;
+        }
         match self.ledger.insert_pipeline_orders(&orders, fence).await {
             // The test hook of `crate::supervise`: die after the commit, before the ack.
             Ok(_) if crate::supervise::test_panic(super::TASK) => {

@@ -30,6 +30,9 @@ pub struct PipelineOptions {
     pub reclaim_after: Duration,
     /// This consumer's name in the group; unique per running process.
     pub consumer: String,
+    /// Move orders into the ledger only once this many replicas have them
+    /// (`--redis-wait-replicas`).
+    pub replicas: Option<crate::engine::redis::WaitReplicas>,
 }
 
 impl PipelineOptions {
@@ -39,6 +42,7 @@ impl PipelineOptions {
             batch: 1000,
             reclaim_after: Duration::from_secs(30),
             consumer: default_consumer_name(),
+            replicas: None,
         }
     }
 }

@@ -26,6 +26,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod replicas;
+
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -35,6 +37,7 @@ use super::refuse;
 use super::scripts::{Claimed, Scripts};
 use crate::domain::Error;
 use crate::engine::IdemLimits;
+use replicas::WaitReplicas;
 
 /// How claims are gathered into batches.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +46,8 @@ pub struct BatchOptions {
     pub max: usize,
     /// Longest the first claim of a batch waits for the campaign's previous call to return.
     pub wait: Duration,
+    /// Answer a batch only once this many replicas have it (`--redis-wait-replicas`).
+    pub replicas: Option<WaitReplicas>,
 }
 
 impl Default for BatchOptions {
@@ -50,6 +55,7 @@ impl Default for BatchOptions {
         Self {
             max: 128,
             wait: Duration::from_millis(1),
+            replicas: None,
         }
     }
 }
@@ -100,7 +106,7 @@ impl Batcher {
             scripts,
             opts: BatchOptions {
                 max: opts.max.max(1),
-                wait: opts.wait,
+                ..opts
             },
             idem,
             timeout,
@@ -232,6 +238,7 @@ impl Batcher {
             })
             .collect();
         let mut conn = self.conn.clone();
+        let before = WaitReplicas::before(&conn);
         let call =
             self.scripts
                 .claim_batch(&mut conn, campaign, &claims, (self.idem.0, &self.idem.1));
@@ -239,6 +246,10 @@ impl Batcher {
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")));
         drop(claims);
+        let result = match (result, self.opts.replicas) {
+            (Ok(answers), Some(w)) => w.confirm(&self.conn, before).await.map(|()| answers),
+            (result, _) => result,
+        };
         match result {
             Ok(answers) if answers.len() == batch.len() => {
                 for (p, a) in batch.into_iter().zip(answers) {

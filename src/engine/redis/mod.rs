@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use redis::AsyncCommands;
 
 pub use admin::rebuild_from_ledger;
-pub use batch::{BatchClaim, BatchOptions, Batcher};
+pub use batch::{replicas::WaitReplicas, BatchClaim, BatchOptions, Batcher};
 pub use conn::{RedisConn, RedisTarget};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};

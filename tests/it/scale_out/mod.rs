@@ -25,6 +25,7 @@ mod redis_outage;
 mod redis_settings;
 mod reissued;
 mod sentinel;
+mod sentinel_failover;
 mod stale_snapshot;
 mod supervised;
 mod two_instances;
