@@ -135,6 +135,24 @@ fn ledger(wins: &[Win], rows: &[Row]) -> Vec<Finding> {
     out
 }
 
+/// Answered `won`s the ledger does not hold as answered (absent, or their id holds another
+/// buyer's order), by order id. After a failover: the wins the promoted replica never had.
+/// They are violations all the same; the campaign counts and lists them apart as "lost to
+/// failover" so that the cost of an asynchronous replica is measured, not guessed.
+pub async fn lost_wins(report: &BenchReport, cluster: &Cluster) -> anyhow::Result<Vec<String>> {
+    let rows = ledger_rows(cluster, &report.campaign).await?;
+    let held: HashMap<&str, &str> = rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect();
+    let mut ids: Vec<String> = report
+        .wins
+        .iter()
+        .filter(|w| held.get(w.order_id.as_str()) != Some(&w.user.as_str()))
+        .map(|w| w.order_id.clone())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
 /// The campaign's orders, read with SQL from the SQLite file or PostgreSQL.
 async fn ledger_rows(cluster: &Cluster, campaign: &str) -> anyhow::Result<Vec<Row>> {
     use sqlx::Connection;

@@ -10,7 +10,10 @@
 //!   two consumers, so a frozen one has its pending orders reclaimed by the other and then
 //!   wakes up believing they are still its own. Instance 0 reaches Redis through an
 //!   in-process fault proxy ([`super::proxy`]), so the network between it and Redis can fail
-//!   while the others' does not.
+//!   while the others' does not;
+//! - **sentinel**: the same, except that Redis is a primary and one replica (both AOF) behind
+//!   three sentinels ([`super::sentinel`]), and every seckill process finds the primary
+//!   through them (no fault proxy: the sentinels hand out the primary's real address).
 //!
 //! Every process keeps its port and directory across restarts, as a supervisor would.
 
@@ -30,6 +33,7 @@ use super::procs::{free_port, listening, log_tail};
 use super::procs::{Proc, Spec};
 use super::proxy::{Mode, Proxy};
 use super::schedule::{Deployment, Target};
+use super::sentinel;
 use super::servers::{create_db, postgres_spec, redis_ready, redis_spec};
 
 pub const ADMIN_TOKEN: &str = "chaos-admin-token";
@@ -61,13 +65,20 @@ pub struct Cluster {
     pub pg_url: Option<String>,
     /// Scale-out: the fault proxy instance 0 reaches Redis through.
     pub proxy: Option<Proxy>,
+    /// Sentinel: the ports of the Redis nodes and the sentinels.
+    pub sentinel: Option<sentinel::Ports>,
     /// Exits nobody asked for: (a crash, description).
     exits: parking_lot::Mutex<Vec<(bool, String)>>,
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    pub async fn start(deployment: Deployment, fsync: Fsync) -> anyhow::Result<Cluster> {
+    /// `wait_replicas`: `--redis-wait-replicas` of the seckill processes (None: their default).
+    pub async fn start(
+        deployment: Deployment,
+        fsync: Fsync,
+        wait_replicas: Option<u32>,
+    ) -> anyhow::Result<Cluster> {
         let exe = std::env::current_exe().context("the seckill binary's path")?;
         // As root, PostgreSQL runs as `postgres`, which must reach its directory: /tmp is
         // world-traversable whatever TMPDIR says.
@@ -84,6 +95,7 @@ impl Cluster {
             disk: None,
             pg_url: None,
             proxy: None,
+            sentinel: None,
             exits: parking_lot::Mutex::new(Vec::new()),
             dir,
         };
@@ -120,20 +132,41 @@ impl Cluster {
                 c.ports.push(port);
                 c.sqlite = Some(data.join("seckill.db"));
             }
-            Deployment::ScaleOut => {
-                c.redis_port = free_port()?;
-                let spec = redis_spec(&root, c.redis_port, fsync)?;
-                add(&mut c, Target::Redis, spec);
+            Deployment::ScaleOut | Deployment::Sentinel => {
+                let (redis, via_proxy) = if deployment == Deployment::Sentinel {
+                    let ports = sentinel::Ports {
+                        nodes: [free_port()?, free_port()?],
+                        sentinels: [free_port()?, free_port()?, free_port()?],
+                    };
+                    let log = |name: &str| root.join(format!("{name}.log"));
+                    for (t, spec) in sentinel::specs(&root, &ports, fsync, log)? {
+                        add(&mut c, t, spec);
+                    }
+                    let urls = ports.urls();
+                    c.sentinel = Some(ports);
+                    c.procs.insert(Target::Primary, Mutex::new(None));
+                    (urls.clone(), urls)
+                } else {
+                    c.redis_port = free_port()?;
+                    let spec = redis_spec(&root, c.redis_port, fsync)?;
+                    add(&mut c, Target::Redis, spec);
+                    let proxy = Proxy::start(([127, 0, 0, 1], c.redis_port).into()).await?;
+                    let via_proxy = format!("redis://{}", proxy.addr());
+                    c.proxy = Some(proxy);
+                    c.procs.insert(Target::Link, Mutex::new(None));
+                    (format!("redis://127.0.0.1:{}", c.redis_port), via_proxy)
+                };
                 c.pg_port = free_port()?;
                 let spec = postgres_spec(&root, c.pg_port)?;
                 add(&mut c, Target::Postgres, spec);
-                let redis = format!("redis://127.0.0.1:{}", c.redis_port);
                 let pg = format!("postgres://postgres@127.0.0.1:{}/seckill", c.pg_port);
                 c.pg_url = Some(pg.clone());
-                let proxy = Proxy::start(([127, 0, 0, 1], c.redis_port).into()).await?;
-                let via_proxy = format!("redis://{}", proxy.addr());
-                c.proxy = Some(proxy);
-                c.procs.insert(Target::Link, Mutex::new(None));
+                let sentinel_args = match deployment {
+                    Deployment::Sentinel => {
+                        vec!["--redis-sentinel".to_owned(), sentinel::MASTER.to_owned()]
+                    }
+                    _ => vec![],
+                };
                 let common = |redis: &str, extra: &[&str]| {
                     let mut v: Vec<String> = vec![
                         "--redis".into(),
@@ -143,6 +176,10 @@ impl Cluster {
                         "--reclaim-after-ms".into(),
                         RECLAIM_AFTER_MS.to_string(),
                     ];
+                    v.extend(sentinel_args.iter().cloned());
+                    if let Some(n) = wait_replicas {
+                        v.extend(["--redis-wait-replicas".to_owned(), n.to_string()]);
+                    }
                     v.extend(extra.iter().map(|s| s.to_string()));
                     v
                 };
@@ -166,6 +203,10 @@ impl Cluster {
         }
         for t in c.targets() {
             c.start_target(t).await?;
+            if let (Target::Sentinel(2), Some(ports)) = (t, &c.sentinel) {
+                // The sentinels found the replica and each other before anything uses them.
+                sentinel::settle(ports).await?;
+            }
         }
         Ok(c)
     }
@@ -176,6 +217,17 @@ impl Cluster {
             Deployment::Embedded => vec![Target::Instance(0)],
             Deployment::ScaleOut => vec![
                 Target::Redis,
+                Target::Postgres,
+                Target::Instance(0),
+                Target::Instance(1),
+                Target::Worker,
+            ],
+            Deployment::Sentinel => vec![
+                Target::Node(0),
+                Target::Node(1),
+                Target::Sentinel(0),
+                Target::Sentinel(1),
+                Target::Sentinel(2),
                 Target::Postgres,
                 Target::Instance(0),
                 Target::Instance(1),
@@ -237,11 +289,19 @@ impl Cluster {
             let ready = match t {
                 Target::Instance(_) => serving(port).await,
                 Target::Redis => redis_ready(self.redis_port).await,
+                Target::Node(i) => match &self.sentinel {
+                    Some(s) => redis_ready(s.nodes[i as usize]).await,
+                    None => true,
+                },
+                Target::Sentinel(i) => match &self.sentinel {
+                    Some(s) => redis_ready(s.sentinels[i as usize]).await,
+                    None => true,
+                },
                 Target::Postgres => {
                     listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
                 }
                 // The worker has no port: alive for a second is started.
-                Target::Worker | Target::Disk | Target::Link => {
+                Target::Worker | Target::Disk | Target::Link | Target::Primary => {
                     started.elapsed() > Duration::from_secs(1)
                 }
             };

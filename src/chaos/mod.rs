@@ -23,6 +23,7 @@ pub mod nemesis;
 pub mod procs;
 pub mod proxy;
 pub mod schedule;
+pub mod sentinel;
 pub mod servers;
 
 use std::collections::BTreeMap;
@@ -81,6 +82,11 @@ pub struct ChaosOpts {
     #[arg(long, value_enum, default_value = "always")]
     pub appendfsync: Fsync,
 
+    /// Sentinel deployment: `--redis-wait-replicas` of every instance and the worker
+    /// (default: theirs, 1 behind Sentinel; 0 to measure what the asynchronous replica costs).
+    #[arg(long)]
+    pub redis_wait_replicas: Option<u32>,
+
     /// Concurrent client connections of the storm.
     #[arg(long, short = 'c', default_value_t = 24)]
     pub connections: usize,
@@ -105,6 +111,9 @@ pub struct Totals {
     pub schedules: u64,
     pub faults: BTreeMap<String, u64>,
     pub faults_skipped: u64,
+    /// Sentinel deployment: what the faults on the primary did (`after kill -9`,
+    /// `SENTINEL FAILOVER`, `kill -9 without failover`).
+    pub failovers: BTreeMap<String, u64>,
     /// How the embedded data disk was made full: a real tmpfs, or the injected fault.
     pub data_disk: Option<String>,
     /// Processes that exited on their own with status 1 (a dependency unreachable at start)
@@ -115,6 +124,9 @@ pub struct Totals {
     pub answers_503: u64,
     pub outcome_unknown: u64,
     pub no_answer: u64,
+    /// Sentinel deployment: answered wins the ledger does not hold after a failover (also
+    /// violations; counted apart to measure what an asynchronous replica costs).
+    pub lost_to_failover: u64,
     pub orders_checked: u64,
     pub violations: u64,
     pub seconds: f64,
@@ -179,7 +191,8 @@ async fn one(
     opts: &ChaosOpts,
     totals: &mut Totals,
 ) -> anyhow::Result<Vec<check::Finding>> {
-    let cluster = Arc::new(Cluster::start(s.deployment, opts.appendfsync).await?);
+    let cluster = Cluster::start(s.deployment, opts.appendfsync, opts.redis_wait_replicas);
+    let cluster = Arc::new(cluster.await?);
     if let Some(d) = &cluster.disk {
         totals.data_disk = Some(d.how().to_owned());
     }
@@ -218,11 +231,36 @@ async fn one(
             (Some(e), Some(_)) => println!("  {}: {e}", a.fault),
             _ => {}
         }
+        if let (Some(moved), Some(note)) = (a.failed_over, &a.note) {
+            println!("  {}: {note}", a.fault);
+            let what = match (a.fault.kind, moved) {
+                (schedule::Kind::Failover, true) => "SENTINEL FAILOVER",
+                (schedule::Kind::Failover, false) => "SENTINEL FAILOVER without failover",
+                (_, true) => "after kill -9",
+                (_, false) => "kill -9 without failover",
+            };
+            *totals.failovers.entry(what.to_owned()).or_default() += 1;
+        }
     }
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
     let findings = check::verdict(&report, &cluster, crashes).await;
+    if applied.iter().any(|a| a.failed_over == Some(true)) {
+        match check::lost_wins(&report, &cluster).await {
+            Ok(lost) => {
+                let shown: Vec<&str> = lost.iter().take(20).map(String::as_str).collect();
+                println!(
+                    "  lost to failover: {} answered wins not in the ledger{}{}",
+                    lost.len(),
+                    if lost.is_empty() { "" } else { ": " },
+                    shown.join(", ")
+                );
+                totals.lost_to_failover += lost.len() as u64;
+            }
+            Err(e) => println!("  lost to failover: cannot read the ledger: {e:#}"),
+        }
+    }
     let won = report.outcomes.get("won").copied().unwrap_or(0);
     let orders = report.verification.as_ref().map_or(0, |v| v.orders as u64);
     let n503 = report.non_2xx.get(&503).copied().unwrap_or(0);
@@ -280,12 +318,15 @@ pub fn print_totals(t: &Totals, json: bool) {
     for (k, n) in &t.faults {
         println!("  faults {k:<24} {n}");
     }
+    for (k, n) in &t.failovers {
+        println!("  failovers {k:<21} {n}");
+    }
     if let Some(how) = &t.data_disk {
         println!("  data disk full: {how}");
     }
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
-         no answer {}\n  orders checked {}\n  violations {}",
+         no answer {}\n  lost to failover {}\n  orders checked {}\n  violations {}",
         t.faults_skipped,
         t.supervised_restarts,
         t.claims,
@@ -293,6 +334,7 @@ pub fn print_totals(t: &Totals, json: bool) {
         t.answers_503,
         t.outcome_unknown,
         t.no_answer,
+        t.lost_to_failover,
         t.orders_checked,
         t.violations
     );

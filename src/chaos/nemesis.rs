@@ -7,7 +7,9 @@
 //! says; a fault whose process is still busy with an earlier one waits for it, and is
 //! skipped if that pushed it past the end of the fault window, so the storm's last part and
 //! the drain always run on a whole deployment. Network faults switch the mode of the fault
-//! proxy between instance 0 and Redis ([`super::proxy`]) and switch it back to pass.
+//! proxy between instance 0 and Redis ([`super::proxy`]) and switch it back to pass. Faults
+//! on the Redis primary of the Sentinel deployment find the primary when they land and kill
+//! it or hand it over ([`super::sentinel`]), then wait for the topology to settle.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +28,10 @@ pub struct Applied {
     pub injected_s: Option<f64>,
     pub healed_s: Option<f64>,
     pub error: Option<String>,
+    /// Sentinel faults: whether the primary moved to the other node.
+    pub failed_over: Option<bool>,
+    /// Sentinel faults: what the sentinels did, e.g. `failover redis-0 -> redis-1, …`.
+    pub note: Option<String>,
 }
 
 /// Runs every fault of `faults` against `cluster`, from `start`; returns once all are healed.
@@ -60,6 +66,8 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
         injected_s: None,
         healed_s: None,
         error: None,
+        failed_over: None,
+        note: None,
     };
     let mut slot = cluster.slot(fault.target).lock().await;
     if start.elapsed() + fault.hold > cutoff {
@@ -70,6 +78,15 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
     tracing::info!(%fault, "injecting");
     applied.injected_s = Some(since(start));
     let result = match (fault.kind, slot.as_mut()) {
+        (kind, _) if fault.target == Target::Primary => {
+            super::sentinel::fault(cluster, kind, fault.hold)
+                .await
+                .map(|(moved, note)| {
+                    tracing::info!(%fault, %note, "Sentinel fault done");
+                    applied.failed_over = Some(moved);
+                    applied.note = Some(note);
+                })
+        }
         (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
         (Kind::Partition | Kind::DropUp | Kind::DropDown | Kind::Latency | Kind::Reset, _) => {
             link(cluster, fault.kind, fault.hold).await

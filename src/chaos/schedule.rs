@@ -23,6 +23,8 @@ pub enum Deployment {
     Embedded,
     /// Two instances and a worker on one Redis (AOF) and a PostgreSQL ledger.
     ScaleOut,
+    /// The same behind Redis Sentinel: a primary, one replica (both AOF), three sentinels.
+    Sentinel,
 }
 
 /// A process the nemesis can hit.
@@ -38,6 +40,12 @@ pub enum Target {
     Disk,
     /// Scale-out: the network between instance 0 and Redis (through the fault proxy).
     Link,
+    /// Sentinel: whichever Redis node is the primary when the fault lands.
+    Primary,
+    /// Sentinel: Redis node 0 or 1 (each the primary or the replica, as failovers left them).
+    Node(u8),
+    /// Sentinel: one of the three sentinels (supervised, never faulted).
+    Sentinel(u8),
 }
 
 impl std::str::FromStr for Target {
@@ -52,10 +60,11 @@ impl std::str::FromStr for Target {
             "postgres" => Target::Postgres,
             "data-disk" => Target::Disk,
             "redis-link" => Target::Link,
+            "redis-primary" => Target::Primary,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
-                     postgres, data-disk, redis-link)"
+                     postgres, data-disk, redis-link, redis-primary)"
                 ))
             }
         })
@@ -71,6 +80,9 @@ impl fmt::Display for Target {
             Target::Postgres => f.write_str("postgres"),
             Target::Disk => f.write_str("data-disk"),
             Target::Link => f.write_str("redis-link"),
+            Target::Primary => f.write_str("redis-primary"),
+            Target::Node(i) => write!(f, "redis-{i}"),
+            Target::Sentinel(i) => write!(f, "sentinel-{i}"),
         }
     }
 }
@@ -97,6 +109,8 @@ pub enum Kind {
     Latency,
     /// The link closes every connection at once.
     Reset,
+    /// `SENTINEL FAILOVER`: the primary hands over to the replica (graceful).
+    Failover,
 }
 
 impl fmt::Display for Kind {
@@ -111,6 +125,7 @@ impl fmt::Display for Kind {
             Kind::DropDown => "drop redis->instance",
             Kind::Latency => "latency 50-300ms",
             Kind::Reset => "reset",
+            Kind::Failover => "SENTINEL FAILOVER",
         })
     }
 }
@@ -129,7 +144,7 @@ impl fmt::Display for Fault {
         let verb = match self.kind {
             Kind::Kill => "restart after",
             Kind::Freeze => "SIGCONT after",
-            Kind::Reset => "then",
+            Kind::Reset | Kind::Failover => "then",
             _ => "for",
         };
         write!(
@@ -212,13 +227,16 @@ impl Schedule {
         for _ in 0..shape.faults * usize::from(!menu.is_empty()) {
             let (target, kind) = menu[r.gen_range(0..menu.len())];
             let hold = match kind {
+                // Longer than the sentinels' down-after (1 s) plus their election: the
+                // replica is promoted before the killed primary comes back as a replica.
+                Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
                 Kind::Kill => r.gen_range(0.0..3.0),
                 Kind::Freeze => r.gen_range(3.0..8.0),
                 Kind::DiskFull => r.gen_range(1.0..5.0),
                 Kind::Outage => 30.0,
                 Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
                 Kind::Latency => r.gen_range(2.0..6.0),
-                Kind::Reset => 0.0,
+                Kind::Reset | Kind::Failover => 0.0,
             };
             let hold = f64::min(hold, end - 1.5).max(0.0);
             let at = r.gen_range(1.0..(end - hold).max(1.5));
@@ -289,6 +307,17 @@ fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
             }
             v
         }
+        // Redis faults twice as likely as the others: failovers are what this deployment is
+        // for.
+        Deployment::Sentinel => vec![
+            (Target::Primary, Kind::Kill),
+            (Target::Primary, Kind::Kill),
+            (Target::Primary, Kind::Failover),
+            (Target::Primary, Kind::Failover),
+            (Target::Instance(0), Kind::Kill),
+            (Target::Instance(1), Kind::Kill),
+            (Target::Worker, Kind::Kill),
+        ],
     }
 }
 
@@ -309,6 +338,7 @@ impl fmt::Display for Schedule {
             match self.deployment {
                 Deployment::Embedded => "embedded",
                 Deployment::ScaleOut => "scale-out",
+                Deployment::Sentinel => "sentinel",
             },
             self.seed,
             self.index,
@@ -358,7 +388,11 @@ mod tests {
     #[test]
     fn faults_end_before_the_last_fifth() {
         for i in 0..200 {
-            for d in [Deployment::Embedded, Deployment::ScaleOut] {
+            for d in [
+                Deployment::Embedded,
+                Deployment::ScaleOut,
+                Deployment::Sentinel,
+            ] {
                 let s = Schedule::generate(1, i, d, shape());
                 for f in &s.faults {
                     assert!(f.at >= Duration::from_secs(1), "{s}");

@@ -62,3 +62,44 @@ fn short_campaign_finds_no_violation() {
         );
     }
 }
+
+/// The Sentinel deployment (a primary, one replica, three sentinels; both instances and the
+/// worker find the primary through them): seed 4's first schedule kills the primary (the
+/// sentinels promote the replica, the old primary comes back as its replica) and later hands
+/// it over with `SENTINEL FAILOVER`. With the default `--redis-wait-replicas 1`, no answered
+/// win may be lost to either and no invariant may break.
+#[test]
+fn sentinel_failovers_lose_no_win() {
+    let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args([
+            "chaos",
+            "--deployment",
+            "sentinel",
+            "--only",
+            "redis-primary",
+        ])
+        .args(["--seed", "4", "--schedules", "1", "--storm", "20s"])
+        .args(["--faults", "2", "--json"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("seckill chaos runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the campaign failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let json = &stdout[stdout.rfind("\n{\n").expect("the JSON totals") + 1..];
+    let t: Value = serde_json::from_str(json).expect("totals are JSON");
+    assert_eq!(t["violations"], 0, "{stdout}");
+    assert_eq!(t["lost_to_failover"], 0, "{stdout}");
+    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
+    let failovers = t["failovers"].as_object().expect("failover counts");
+    for kind in ["after kill -9", "SENTINEL FAILOVER"] {
+        assert!(
+            failovers.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
+            "seed 4 no longer fails over by {kind}: {failovers:?}"
+        );
+    }
+}

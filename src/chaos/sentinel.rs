@@ -1,0 +1,311 @@
+//! The Sentinel deployment's Redis: a primary and one replica (both with AOF) watched by three
+//! sentinels (quorum 2), and the two faults that move the primary.
+//!
+//! Why three sentinels: with one, a failover needs no agreement and the test would not see
+//! the election a production deployment goes through (subjective then objective down, a
+//! leader voted by a majority). Each node and sentinel runs from its own config file, which
+//! the sentinels rewrite on every failover (`CONFIG REWRITE`), so a node restarted after a
+//! kill comes back with the role the sentinels last gave it, as under a supervisor.
+//!
+//! - **kill -9 of the primary**: the sentinels see it down after 1 s, agree, and promote the
+//!   replica; the old primary restarts a few seconds later and is turned into a replica of
+//!   the new one. The replica is asynchronous: writes the primary acknowledged but had not
+//!   yet sent can be lost; `seckill chaos` measures how many answered wins that costs.
+//! - **`SENTINEL FAILOVER`**: the graceful hand-over an operator starts (maintenance, an
+//!   upgrade). It must lose nothing.
+//!
+//! After either, the fault waits until the topology settled (the sentinels agree on a
+//! primary, the other node replicates from it with its link up, and the sentinels list it as
+//! a healthy replica), so the next fault of the schedule again has a replica to promote.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::cluster::{Cluster, Fsync};
+use super::procs::{find_binary, Spec};
+use super::schedule::{Kind, Target};
+
+/// The name the sentinels know the primary by.
+pub const MASTER: &str = "seckill";
+
+/// Longest a fault waits for the topology to settle afterwards.
+const SETTLE: Duration = Duration::from_secs(40);
+
+/// Ports of the two Redis nodes and the three sentinels.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    pub nodes: [u16; 2],
+    pub sentinels: [u16; 3],
+}
+
+impl Ports {
+    /// The `--redis` value of `serve` and `worker`: every sentinel.
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        urls.join(",")
+    }
+
+    fn node_of(&self, port: u16) -> Option<u8> {
+        self.nodes.iter().position(|&p| p == port).map(|i| i as u8)
+    }
+}
+
+/// The processes of the Sentinel deployment's Redis, node 0 the first primary.
+pub fn specs(
+    root: &Path,
+    ports: &Ports,
+    fsync: Fsync,
+    log: impl Fn(&str) -> std::path::PathBuf,
+) -> anyhow::Result<Vec<(Target, Spec)>> {
+    let server = find_binary("redis-server")?;
+    let fsync = match fsync {
+        Fsync::Always => "always",
+        Fsync::Everysec => "everysec",
+    };
+    let primary = ports.nodes[0];
+    let mut out = Vec::new();
+    for (i, port) in ports.nodes.iter().enumerate() {
+        let dir = root.join(format!("redis-{i}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut conf = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\nappendonly yes\n\
+             appendfsync {fsync}\nsave \"\"\nmaxmemory-policy noeviction\n\
+             repl-diskless-sync-delay 0\n",
+            dir.display()
+        );
+        if i > 0 {
+            conf.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
+        }
+        let file = dir.join("redis.conf");
+        std::fs::write(&file, conf)?;
+        let name = format!("redis-{i}");
+        out.push((
+            Target::Node(i as u8),
+            Spec {
+                program: server.clone(),
+                args: vec![file.display().to_string()],
+                env: vec![],
+                user: None,
+                log: log(&name),
+                name,
+            },
+        ));
+    }
+    for (i, port) in ports.sentinels.iter().enumerate() {
+        let dir = root.join(format!("sentinel-{i}"));
+        std::fs::create_dir_all(&dir)?;
+        let conf = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+             sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {MASTER} 1000\n\
+             sentinel failover-timeout {MASTER} 5000\n\
+             sentinel parallel-syncs {MASTER} 1\n",
+            dir.display()
+        );
+        let file = dir.join("sentinel.conf");
+        std::fs::write(&file, conf)?;
+        let name = format!("sentinel-{i}");
+        out.push((
+            Target::Sentinel(i as u8),
+            Spec {
+                program: server.clone(),
+                args: vec![file.display().to_string(), "--sentinel".into()],
+                env: vec![],
+                user: None,
+                log: log(&name),
+                name,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+async fn conn(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Duration::from_secs(1))
+        .set_response_timeout(Duration::from_secs(2));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await?)
+}
+
+/// The primary's port as sentinel `port` names it.
+async fn named_by(port: u16) -> anyhow::Result<u16> {
+    let mut c = conn(port).await?;
+    let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(MASTER)
+        .query_async(&mut c)
+        .await?;
+    Ok(addr.context("the sentinel knows no primary")?.1)
+}
+
+/// The node a majority of the sentinels name the primary.
+pub async fn primary(ports: &Ports) -> Option<u8> {
+    let mut votes = [0usize; 2];
+    for &s in &ports.sentinels {
+        if let Some(i) = named_by(s).await.ok().and_then(|p| ports.node_of(p)) {
+            votes[i as usize] += 1;
+        }
+    }
+    (0..2u8).find(|&i| votes[i as usize] >= 2)
+}
+
+/// `INFO replication` of a node, as `field:value` lines.
+async fn replication(port: u16) -> anyhow::Result<String> {
+    let mut c = conn(port).await?;
+    Ok(redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await?)
+}
+
+/// Whether the topology is whole: the sentinels agree on a primary that says so, the other
+/// node replicates from it with its link up, and the sentinels see that replica as healthy.
+pub async fn settled(ports: &Ports) -> Option<u8> {
+    let p = primary(ports).await?;
+    let other = ports.nodes[1 - p as usize];
+    let info = replication(ports.nodes[p as usize]).await.ok()?;
+    if !info.contains("role:master") {
+        return None;
+    }
+    let info = replication(other).await.ok()?;
+    let expect = format!("master_port:{}", ports.nodes[p as usize]);
+    if !(info.contains("role:slave")
+        && info.contains(&expect)
+        && info.contains("master_link_status:up"))
+    {
+        return None;
+    }
+    let mut healthy = 0;
+    for &s in &ports.sentinels {
+        let Ok(mut c) = conn(s).await else { continue };
+        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg(MASTER)
+            .query_async(&mut c)
+            .await
+            .unwrap_or_default();
+        let port = other.to_string();
+        if replicas.iter().any(|r| {
+            r.get("port") == Some(&port)
+                && r.get("flags").map(String::as_str) == Some("slave")
+                && r.get("master-link-status").map(String::as_str) == Some("ok")
+        }) {
+            healthy += 1;
+        }
+    }
+    (healthy >= 2).then_some(p)
+}
+
+/// Waits until [`settled`]; the primary then.
+pub async fn settle(ports: &Ports) -> anyhow::Result<u8> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        if let Some(p) = settled(ports).await {
+            return Ok(p);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the Sentinel topology did not settle in {SETTLE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A fault on whichever node is the primary now: kill -9 (restarted after `hold`) or
+/// `SENTINEL FAILOVER`. Returns whether the primary moved, and what happened, e.g.
+/// `failover redis-0 -> redis-1, promoted within 2.3s, settled after 9.8s`.
+pub async fn fault(
+    cluster: &Cluster,
+    kind: Kind,
+    hold: Duration,
+) -> anyhow::Result<(bool, String)> {
+    let ports = cluster
+        .sentinel
+        .as_ref()
+        .context("this deployment has no sentinels")?;
+    let before = settle(ports).await?;
+    let t0 = Instant::now();
+    let mut promoted = None;
+    match kind {
+        Kind::Kill => {
+            let node = Target::Node(before);
+            let mut slot = cluster.slot(node).lock().await;
+            let p = slot.as_mut().context("a Redis node has no process")?;
+            p.kill().await;
+            // Watch the sentinels promote the replica while the old primary is down.
+            while t0.elapsed() < hold {
+                if promoted.is_none() && primary(ports).await.is_some_and(|n| n != before) {
+                    promoted = Some(t0.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Restarted as a replica of the new primary, as an orchestrator's start script
+            // does (it asks the sentinels first); else it would come back a primary with old
+            // data until the sentinels notice and convert it, seconds later.
+            if let Some(now) = primary(ports).await.filter(|&n| n != before) {
+                let conf = cluster
+                    .dir()
+                    .join(format!("redis-{before}"))
+                    .join("redis.conf");
+                let line = format!("replicaof 127.0.0.1 {}\n", ports.nodes[now as usize]);
+                let mut f = std::fs::OpenOptions::new().append(true).open(&conf)?;
+                std::io::Write::write_all(&mut f, line.as_bytes())?;
+            }
+            cluster.start_proc(node, p).await?;
+        }
+        Kind::Failover => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let mut c = conn(ports.sentinels[0]).await?;
+                let r: redis::RedisResult<()> = redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(MASTER)
+                    .query_async(&mut c)
+                    .await;
+                match r {
+                    Ok(()) => break,
+                    // INPROG, NOGOODSLAVE: the sentinels are still busy with the last one.
+                    Err(e) if Instant::now() < deadline => {
+                        tracing::debug!(error = %e, "SENTINEL FAILOVER refused; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(e).context("SENTINEL FAILOVER"),
+                }
+            }
+            // Accepted: the sentinels name the replica once they promoted it.
+            let deadline = Instant::now() + SETTLE;
+            while promoted.is_none() && Instant::now() < deadline {
+                if primary(ports).await.is_some_and(|n| n != before) {
+                    promoted = Some(t0.elapsed());
+                } else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        _ => anyhow::bail!("{kind} is not a fault of the Redis primary"),
+    }
+    let after = settle(ports).await?;
+    if after == before {
+        let note = format!(
+            "redis-{before} is still the primary (no failover), settled after {:.1}s",
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok((false, note));
+    }
+    let promoted = promoted.unwrap_or_else(|| t0.elapsed());
+    let note = format!(
+        "failover redis-{before} -> redis-{after}, promoted within {:.1}s, settled after {:.1}s",
+        promoted.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok((true, note))
+}
