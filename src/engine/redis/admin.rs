@@ -32,7 +32,7 @@ const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A change the ledger committed but Redis did not take: a 503 that says so, since a retry
 /// without the same Idempotency-Key would repeat it.
-fn saved_not_applied<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
+pub(super) fn saved_not_applied<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
     move |e| {
         tracing::error!(error = %e, "{what} is committed to the ledger but Redis did not take it");
         Error::Unavailable(format!(

@@ -94,6 +94,11 @@ pub struct Batcher {
 }
 
 impl Batcher {
+    /// How many replicas must have a batch before it is answered (`--redis-wait-replicas`).
+    pub fn replicas(&self) -> Option<WaitReplicas> {
+        self.opts.replicas
+    }
+
     pub fn new(
         conn: RedisConn,
         scripts: Arc<Scripts>,

@@ -54,7 +54,9 @@ pub async fn run(engine: Weak<ScaleOut>) -> anyhow::Result<()> {
             return Ok(());
         };
         for id in me.behind.snapshot() {
-            match me.reconcile(&id).await {
+            let before = me.before_change();
+            let reconciled = me.reconcile(&id).await;
+            match me.replicated("the catch-up", before, reconciled).await {
                 Ok(()) => {
                     me.behind.done(&id);
                     me.stock.changed(&id).await;

@@ -29,6 +29,7 @@ mod keys;
 mod link;
 mod ratelimit;
 mod refuse;
+mod replicated;
 mod scripts;
 mod sentinel;
 mod settings;
@@ -330,7 +331,9 @@ impl Backend for ScaleOut {
     ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
+            let before = me.before_change();
             let view = me.restock_campaign(&id, restock, key).await;
+            let view = me.replicated("the restock", before, view).await;
             me.behind.note(&id, &view);
             let view = view?;
             me.stock.changed(&id).await;
@@ -347,7 +350,9 @@ impl Backend for ScaleOut {
     ) -> Result<CampaignView, Error> {
         let id = id.to_owned();
         detached(&self.me, move |me| async move {
+            let before = me.before_change();
             let view = me.change_status(&id, status, key).await;
+            let view = me.replicated("the status change", before, view).await;
             me.behind.note(&id, &view);
             let view = view?;
             me.stock.changed(&id).await;
@@ -417,7 +422,9 @@ impl Backend for ScaleOut {
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
         let order_id = order_id.to_owned();
         detached(&self.me, move |me| async move {
+            let before = me.before_change();
             let order = me.cancel_order(&order_id).await;
+            let order = me.replicated("the cancel", before, order).await;
             if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {
                 me.behind.note(campaign, &order);
             }
