@@ -3,7 +3,7 @@
 # every invariant over what it left behind.
 #
 #   scripts/schemathesis.sh                              # CI: 25 examples per operation
-#   SCHEMATHESIS_EXAMPLES=500 scripts/schemathesis.sh    # the longer run (docs/API.md)
+#   SCHEMATHESIS_EXAMPLES=200 scripts/schemathesis.sh    # the longer run (README, Tests)
 #
 # Installs schemathesis (PyPI) into a venv under target/ on first use, builds and starts
 # `seckill serve` on a free port with a fresh data directory, seeds a stock and a code
