@@ -58,7 +58,7 @@ PYTHONPATH=scripts/schemathesis SCHEMATHESIS_HOOKS=hooks \
     "$venv/bin/schemathesis" run "$base/openapi.json" \
     -H "authorization: Bearer $token" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-    --max-examples "$examples" --seed "$seed" --workers 2 \
+    --max-examples "$examples" --seed "$seed" --workers 1 \
     --request-timeout 10 --max-redirects 0 \
     --report junit --report-dir "$out" || status=$?
 

@@ -12,7 +12,11 @@ use super::Error;
 #[schema(example = json!({"user_id": "u101", "qty": 1}))]
 pub struct ClaimRequest {
     /// 1–128 bytes, printable, no control characters.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     pub user_id: String,
     /// Units wanted, all or nothing (default 1); above the per-user limit it is `over_limit`.
     #[serde(default = "one")]

@@ -91,7 +91,11 @@ fn canonical_number(s: &str) -> Option<u64> {
 #[into_params(parameter_in = Query)]
 pub struct OrderQuery {
     /// Only this user's orders.
-    #[param(min_length = 1, max_length = 128)]
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     pub user_id: Option<String>,
     /// The `next_cursor` of the previous page.
     #[param(pattern = "^(0|[1-9][0-9]{0,18})?$")]

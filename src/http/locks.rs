@@ -38,7 +38,11 @@ const LOCK_NAME: &str = "Lock name: 1–64 characters of `[A-Za-z0-9_-]`.";
 pub struct AcquireBody {
     /// Who holds it, for humans (1–128 printable bytes; default `anonymous`).
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     owner: Option<String>,
     /// Lease length.
     #[schema(minimum = 1, maximum = 3_600_000)]
@@ -53,7 +57,11 @@ pub struct AcquireBody {
 #[serde(deny_unknown_fields)]
 pub struct ExtendBody {
     /// The token of the grant.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     token: String,
     /// New lease length from now.
     #[schema(minimum = 1, maximum = 3_600_000)]
@@ -64,7 +72,11 @@ pub struct ExtendBody {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     /// The token of the grant.
-    #[schema(min_length = 1, max_length = 128)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     token: String,
 }
 

@@ -18,6 +18,7 @@ mod health;
 pub mod listener;
 mod locks;
 pub mod openapi;
+mod openapi_rules;
 mod timed_body;
 mod watchdog;
 

@@ -83,9 +83,12 @@ pub const ADMIN_SCHEME: &str = "admin_token";
 )]
 pub struct ApiDoc;
 
-/// The document as the server serves it.
-pub fn document() -> Document {
-    ApiDoc::openapi()
+/// The document as the server serves it: the derived one with the rules of
+/// [`super::openapi_rules`].
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
+    super::openapi_rules::apply(&mut doc);
+    doc
 }
 
 /// Adds what every operation shares (see the module docs).
@@ -241,7 +244,7 @@ pub struct DocumentBytes(Bytes);
 
 impl DocumentBytes {
     pub fn new() -> Self {
-        let json = serde_json::to_vec(&document()).expect("the document serialises");
+        let json = serde_json::to_vec(&document()).expect("a JSON value serialises");
         Self(Bytes::from(json))
     }
 }
