@@ -7,7 +7,7 @@
 //! 408, 413, 503 with `Retry-After`) and the `RateLimit-*` headers of a 429. A test walks the
 //! router and fails for any route missing from the document (`tests/it/openapi.rs`).
 //!
-//! The document is serialised once when the router is built and served as constant bytes at
+//! The document is serialised once per process and served as constant bytes at
 //! `GET /openapi.json`; the reference page at `/docs/` is Swagger UI, whose files are compiled
 //! into the binary (`utoipa-swagger-ui` with `vendored`: no CDN, no download at build time).
 
@@ -238,14 +238,17 @@ impl utoipa::IntoResponses for RateLimited {
     }
 }
 
-/// The serialised document, built once per router.
+/// The serialised document, built once per process.
 #[derive(Clone)]
 pub struct DocumentBytes(Bytes);
 
 impl DocumentBytes {
     pub fn new() -> Self {
-        let json = serde_json::to_vec(&document()).expect("a JSON value serialises");
-        Self(Bytes::from(json))
+        static JSON: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+        let json = JSON.get_or_init(|| {
+            Bytes::from(serde_json::to_vec(&document()).expect("a JSON value serialises"))
+        });
+        Self(json.clone())
     }
 }
 
