@@ -21,12 +21,14 @@ pub mod conn;
 pub mod drain;
 pub mod events;
 pub mod fire;
+pub mod html;
 pub mod opts;
 pub mod probe;
 pub mod report;
 pub mod scenario;
 mod setup;
 pub mod storm;
+pub mod timeline;
 pub mod users;
 pub mod verify;
 
@@ -109,7 +111,16 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         Progress::Auto => std::io::stderr().is_terminal(),
     };
     let progress_task = show_progress.then(|| tokio::spawn(progress(live.clone())));
+    let expected = match plan.stop {
+        scenario::Stop::Duration(d) => Some(d),
+        _ => None,
+    };
+    let timeline_task = tokio::spawn(timeline::record(
+        live.clone(),
+        timeline::interval_for(expected),
+    ));
     let mut result = storm::run(cfg, &endpoints, live.clone()).await;
+    let timeline = timeline_task.await.context("the timeline task panicked")?;
     let cpu = cpu_before
         .zip(cpu_seconds("self"))
         .map(|(a, b)| 100.0 * (b - a) / result.elapsed.as_secs_f64().max(1e-9));
@@ -215,6 +226,8 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         server_cpu_us_per_claim: server_cpu,
         events,
         verification,
+        latency_percentiles: report::percentile_curve(&corrected, &tally.latency),
+        timeline,
         plan,
         wins,
     })

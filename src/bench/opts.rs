@@ -187,6 +187,11 @@ pub struct BenchOpts {
     #[arg(long)]
     pub json: bool,
 
+    /// Also write the report as one self-contained HTML page (latency percentile plot,
+    /// throughput over time, outcome split, verification) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
+
     /// Skip the verification (only measure).
     #[arg(long)]
     pub no_verify: bool,

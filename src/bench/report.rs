@@ -40,6 +40,37 @@ impl Latency {
     }
 }
 
+/// One point of the latency percentile curve (the HDR plot of the HTML report).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Percentile {
+    /// 0 … 100.
+    pub percentile: f64,
+    pub corrected_ms: f64,
+    pub uncorrected_ms: f64,
+}
+
+/// Percentiles from 0 to 99.999 spaced evenly in "nines" (ten per decade), then the maximum.
+pub fn percentile_curve(
+    corrected: &Histogram<u64>,
+    uncorrected: &Histogram<u64>,
+) -> Vec<Percentile> {
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let mut curve: Vec<Percentile> = (0..=50)
+        .map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0))
+        .map(|q| Percentile {
+            percentile: 100.0 * q,
+            corrected_ms: ms(corrected, q),
+            uncorrected_ms: ms(uncorrected, q),
+        })
+        .collect();
+    curve.push(Percentile {
+        percentile: 100.0,
+        corrected_ms: corrected.max() as f64 / 1000.0,
+        uncorrected_ms: uncorrected.max() as f64 / 1000.0,
+    });
+    curve
+}
+
 /// What the verification found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verification {
@@ -87,6 +118,10 @@ pub struct BenchReport {
     pub server_cpu_us_per_claim: Option<f64>,
     pub events: Vec<EventRecord>,
     pub verification: Option<Verification>,
+    /// The latency percentile curve (for plots).
+    pub latency_percentiles: Vec<Percentile>,
+    /// Cumulative counters sampled during the storm (for plots).
+    pub timeline: Vec<super::timeline::Sample>,
     /// Every `won` answer received (for callers that check the ledger themselves).
     #[serde(skip)]
     pub wins: Vec<super::Win>,

@@ -1,4 +1,5 @@
-//! `seckill bench`: thin wrapper printing the report of [`crate::bench::run`].
+//! `seckill bench`: thin wrapper printing the report of [`crate::bench::run`] (and writing
+//! its HTML page with `--html FILE`).
 //!
 //! Exit status: 0 when every invariant held (or verification was skipped), 2 when the
 //! verifier found violations, 1 when the bench itself could not run.
@@ -6,10 +7,16 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use crate::bench::{self, BenchOpts};
 
 pub async fn run(opts: BenchOpts) -> anyhow::Result<ExitCode> {
     let report = bench::run(&opts).await?;
+    if let Some(path) = &opts.html {
+        std::fs::write(path, bench::html::render(&report))
+            .with_context(|| format!("writing the HTML report to {}", path.display()))?;
+    }
     let mut out = std::io::stdout().lock();
     if opts.json {
         report.write_json(&mut out)?;

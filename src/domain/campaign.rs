@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::validate::{self, validate_campaign_id, MAX_PER_USER_LIMIT, MAX_STOCK};
 use super::Error;
@@ -9,14 +10,16 @@ use super::Error;
 /// `total` of a campaign never exceeds this, restocks included.
 pub const MAX_TOTAL: u64 = 1_000_000_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a campaign sells: anonymous units (`stock`) or unique codes (`codes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Stock,
     Codes,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether a campaign sells; `closed` is final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Active,
@@ -78,19 +81,32 @@ pub enum Supply {
     Codes(Vec<String>),
 }
 
-/// The body of `POST /v1/campaigns` as it arrives on the wire.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/campaigns` as it arrives on the wire: exactly one of `stock` or
+/// `codes`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"id": "double11", "stock": 10, "per_user_limit": 1}))]
 pub struct NewCampaignBody {
+    /// 1–64 characters of `[A-Za-z0-9_-]`; a duplicate is 409.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub id: String,
+    /// Units to sell (stock campaigns).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub stock: Option<u64>,
+    /// Unique codes, one per unit (code campaigns): 1 … 10^6 unique printable strings of
+    /// 1–128 bytes.
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 1_000_000)]
     pub codes: Option<Vec<String>>,
+    /// Most units one user may hold (default 1).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub per_user_limit: Option<u64>,
+    /// Start of the sale window (inclusive), by the server's clock.
     #[serde(default)]
     pub starts_at: Option<DateTime<Utc>>,
+    /// End of the sale window (exclusive); later than `starts_at`.
     #[serde(default)]
     pub ends_at: Option<DateTime<Utc>>,
 }
@@ -165,13 +181,19 @@ impl NewCampaign {
     }
 }
 
-/// The body of `POST /v1/campaigns/{id}/restock`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/campaigns/{id}/restock`: `units` for a stock campaign or `codes`
+/// for a code campaign.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"units": 5}))]
 pub struct RestockBody {
+    /// Units to add (stock campaigns).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub units: Option<u64>,
+    /// Codes to add (code campaigns); none the campaign already has (409).
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 1_000_000)]
     pub codes: Option<Vec<String>>,
 }
 
@@ -243,11 +265,13 @@ impl Restock {
 }
 
 /// `GET /v1/campaigns/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CampaignView {
     pub id: String,
     pub kind: Kind,
+    /// Units ever offered (initial supply plus restocks); at most 10^12.
     pub total: u64,
+    /// Units not held by a live order.
     pub remaining: u64,
     pub per_user_limit: u64,
     pub status: Status,

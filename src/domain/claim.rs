@@ -1,16 +1,26 @@
 //! A claim request and its answer.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::validate::{validate_idempotency_key, validate_qty, validate_user_id};
 use super::Error;
 
 /// The body of `POST /v1/campaigns/{id}/claims`, validated.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"user_id": "u101", "qty": 1}))]
 pub struct ClaimRequest {
+    /// 1–128 bytes, printable, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     pub user_id: String,
+    /// Units wanted, all or nothing (default 1); above the per-user limit it is `over_limit`.
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
     pub qty: u64,
 }
 
@@ -40,8 +50,11 @@ impl IdempotencyKey {
     }
 }
 
-/// Outcome of a processed claim, in the order the engine checks them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Outcome of a processed claim, in the order the engine checks them: `paused`/`closed`
+/// (campaign not selling), `not_started`/`ended` (outside the sale window),
+/// `already_claimed` (the user holds `per_user_limit` units), `over_limit` (held + qty would
+/// exceed it), `sold_out` (fewer than qty units remain), `won`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Paused,
@@ -84,18 +97,29 @@ impl Outcome {
 ///
 /// `order_id`, `qty` and (code campaigns) `codes` accompany `won`; `remaining` accompanies
 /// `sold_out`; `held` (units the user already holds) accompanies `already_claimed`/`over_limit`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"outcome": "won", "order_id": "double11-7", "qty": 1}))]
 pub struct ClaimAnswer {
     pub outcome: Outcome,
+    /// `won`: the order's id, `<campaign id>-<n>`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub order_id: Option<String>,
+    /// `won`: the units won.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub qty: Option<u64>,
+    /// `won` in a code campaign: the codes handed out.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub codes: Option<Vec<String>>,
+    /// `sold_out`: units left (fewer than asked).
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub remaining: Option<u64>,
+    /// `already_claimed` / `over_limit`: units the user already holds.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub held: Option<u64>,
 }
 

@@ -105,14 +105,18 @@ impl<'de> Deserialize<'de> for Rate {
 
 /// Rate limits of one campaign's claims; `None` means no campaign-level limit of that kind.
 /// The global limits of `serve` apply in addition.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"per_user": "5/s", "per_ip": "50/s;burst=100"}))]
 pub struct CampaignLimits {
-    /// Claims per user id on this campaign.
+    /// Claims per user id on this campaign: `N/s`, `N/m` or `N/h`, optionally `;burst=B`
+    /// (N and B 1 … 10^6).
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = r"^\s*[0-9]+\s*/\s*[smh]\s*(;\s*burst=[0-9]+\s*)?$")]
     pub per_user: Option<Rate>,
-    /// Claims per client IP on this campaign.
+    /// Claims per client IP on this campaign (same syntax).
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = r"^\s*[0-9]+\s*/\s*[smh]\s*(;\s*burst=[0-9]+\s*)?$")]
     pub per_ip: Option<Rate>,
 }
 

@@ -2,10 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::Error;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `active` until cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderState {
     Active,
@@ -30,17 +32,22 @@ impl OrderState {
 }
 
 /// `GET /v1/orders/{order_id}`. `codes` is present for code campaigns only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Order {
+    /// `<campaign id>-<n>`, n counting from 1 per campaign.
     pub order_id: String,
     pub campaign_id: String,
     pub user_id: String,
     pub qty: u64,
+    /// Code campaigns only.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub codes: Option<Vec<String>>,
     pub state: OrderState,
     pub created_at: DateTime<Utc>,
+    /// Cancelled orders only.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(nullable = false)]
     pub cancelled_at: Option<DateTime<Utc>>,
 }
 
@@ -79,11 +86,22 @@ fn canonical_number(s: &str) -> Option<u64> {
 
 /// Query of `GET /v1/campaigns/{id}/orders`: oldest first, `cursor` is the `next_cursor` of the
 /// previous page.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OrderQuery {
+    /// Only this user's orders.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+    )]
     pub user_id: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^(0|[1-9][0-9]{0,18})?$")]
     pub cursor: Option<String>,
+    /// Orders per page (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -114,9 +132,10 @@ impl OrderQuery {
 }
 
 /// A page of orders, oldest first.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct OrderPage {
     pub orders: Vec<Order>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -3,7 +3,8 @@
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::domain::Error;
 
@@ -68,12 +69,68 @@ impl From<Error> for ApiError {
     }
 }
 
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": {"code": "invalid_request", "message": "qty must be between 1 and 1000000, got 0"}}))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case word.
+    #[schema(value_type = ErrorCode)]
+    pub code: &'static str,
+    /// What is wrong, for a human.
+    pub message: String,
+    /// `unknown`: the request may have taken effect (503 only); retry with the same
+    /// Idempotency-Key to learn its outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, nullable = false, pattern = "^unknown$")]
+    pub outcome: Option<&'static str>,
+}
+
+/// The `code` of an error answer (the schema of [`ErrorDetail::code`]; [`ApiError`] carries
+/// the word itself).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // a schema: the variants are built only by the test of `ALL`
+pub enum ErrorCode {
+    InvalidRequest,
+    Unauthorized,
+    NotFound,
+    Conflict,
+    PayloadTooLarge,
+    RequestTimeout,
+    RateLimited,
+    Overloaded,
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: [&'static str; 9] = [
+        "invalid_request",
+        "unauthorized",
+        "not_found",
+        "conflict",
+        "payload_too_large",
+        "request_timeout",
+        "rate_limited",
+        "overloaded",
+        "internal",
+    ];
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({"error": {"code": self.code, "message": self.message}});
-        if self.outcome_unknown {
-            body["error"]["outcome"] = json!("unknown");
-        }
+        debug_assert!(ErrorCode::ALL.contains(&self.code), "{}", self.code);
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                outcome: self.outcome_unknown.then_some("unknown"),
+            },
+        };
         let mut resp = (self.status, Json(body)).into_response();
         if self.outcome_unknown {
             resp.headers_mut()
@@ -94,5 +151,42 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(name, value);
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_documented_and_serialises_as_listed() {
+        for (i, v) in [
+            ErrorCode::InvalidRequest,
+            ErrorCode::Unauthorized,
+            ErrorCode::NotFound,
+            ErrorCode::Conflict,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::RequestTimeout,
+            ErrorCode::RateLimited,
+            ErrorCode::Overloaded,
+            ErrorCode::Internal,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(serde_json::to_value(v).unwrap(), ErrorCode::ALL[i]);
+        }
+        let errors = [
+            Error::Invalid(String::new()),
+            Error::Unauthorized(String::new()),
+            Error::NotFound(String::new()),
+            Error::Conflict(String::new()),
+            Error::Overloaded(String::new()),
+            Error::Unavailable(String::new()),
+            Error::OutcomeUnknown(String::new()),
+        ];
+        for e in errors {
+            assert!(ErrorCode::ALL.contains(&ApiError::from(e).code));
+        }
     }
 }

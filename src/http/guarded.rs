@@ -15,10 +15,12 @@ use axum::Json;
 use bytes::Bytes;
 
 use super::claim_body::parse_claim_body;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{json_rejection, Admin, Body, IdemHeader, PathArg};
+use super::handlers::CAMPAIGN_ID;
+use super::openapi::RateLimited;
 use super::AppState;
-use crate::domain::{CampaignLimits, ClaimRequest};
+use crate::domain::{CampaignLimits, ClaimAnswer, ClaimRequest};
 use crate::guard::identity::{self, IdentityError};
 use crate::guard::rate::Limited;
 
@@ -88,6 +90,37 @@ fn unauthorized(e: IdentityError) -> ApiError {
 /// request), arms the request timeout only when the answer is not immediate, parses the common
 /// body by hand ([`parse_claim_body`]), skips guards with nothing configured before they
 /// allocate, and answers the fast path's `sold_out` with constant bytes.
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns/{id}/claims",
+    operation_id = "claim",
+    tag = "claims",
+    summary = "Claim `qty` units of a campaign (public)",
+    description = "Answers 200 with an `outcome` once processed, checked in this order: \
+        `paused`/`closed` (not selling), `not_started`/`ended` (outside the sale window), \
+        `already_claimed` (the user holds `per_user_limit` units), `over_limit` (held + qty \
+        would exceed it), `sold_out` (fewer than qty remain; nothing is partially filled), \
+        `won` (the units are the user's; the order is durable before this answer). A claim \
+        refused before processing answers 429 (`rate_limited`) or 503 (`overloaded`).",
+    params(
+        ("id" = String, Path, description = CAMPAIGN_ID),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+         description = "1–255 visible ASCII characters. A retry with the same key, campaign and \
+            user answers the first processed answer again, whatever its outcome (the same \
+            `order_id` for a `won`), and claims nothing more. Kept at least 24 h for `won`, \
+            across restarts."),
+        ("X-Seckill-User" = Option<String>, Header,
+         description = "Signed identity token of `user_id` (`seckill sign-user`); required when \
+            the server has `--user-signing-key`, ignored otherwise."),
+    ),
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "Processed: the outcome. Only `won` changed anything.", body = ClaimAnswer),
+        (status = 401, description = "A signed identity is required and missing, malformed, expired or for another user.", body = ErrorBody),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+        RateLimited,
+    ),
+)]
 pub async fn claim(State(app): State<AppState>, req: Request) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let g = &app.guards;
@@ -225,6 +258,19 @@ fn timed_out(app: &AppState, reached: bool) -> Response {
 }
 
 /// `GET /v1/campaigns/{id}/limits` (admin): the campaign's own limits.
+#[utoipa::path(
+    get,
+    path = "/v1/campaigns/{id}/limits",
+    operation_id = "get_limits",
+    tag = "campaigns",
+    summary = "The campaign's own claim rate limits",
+    security(("admin_token" = [])),
+    params(("id" = String, Path, description = CAMPAIGN_ID)),
+    responses(
+        (status = 200, description = "The campaign's rate limits (absent: none).", body = CampaignLimits),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+    ),
+)]
 pub async fn get_limits(
     _: Admin,
     State(app): State<AppState>,
@@ -235,6 +281,22 @@ pub async fn get_limits(
 }
 
 /// `PUT /v1/campaigns/{id}/limits` (admin): replaces the campaign's limits; `{}` removes them.
+#[utoipa::path(
+    put,
+    path = "/v1/campaigns/{id}/limits",
+    operation_id = "put_limits",
+    tag = "campaigns",
+    summary = "Replace the campaign's claim rate limits (`{}` removes them)",
+    description = "Limits are GCRA quotas: `count` claims per period with at most `burst` back \
+        to back. They apply in addition to the server's global limits.",
+    security(("admin_token" = [])),
+    params(("id" = String, Path, description = CAMPAIGN_ID)),
+    request_body = CampaignLimits,
+    responses(
+        (status = 200, description = "Stored; applies on every instance within about a second.", body = CampaignLimits),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+    ),
+)]
 pub async fn put_limits(
     _: Admin,
     State(app): State<AppState>,
@@ -256,6 +318,16 @@ pub async fn put_limits(
 }
 
 /// `GET /metrics` (admin): Prometheus text exposition of the guard counters.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    summary = "Prometheus metrics",
+    description = "Prometheus text exposition; the README lists the metrics.",
+    security(("admin_token" = [])),
+    responses((status = 200, description = "Prometheus text exposition (see the README's metrics).", content_type = "text/plain", body = String)),
+)]
 pub async fn metrics(_: Admin, State(app): State<AppState>) -> impl IntoResponse {
     (
         [(

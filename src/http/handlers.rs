@@ -3,9 +3,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde_json::{json, Value};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
 use super::AppState;
 use crate::domain::{
@@ -13,8 +12,31 @@ use crate::domain::{
     Restock, RestockBody, Status,
 };
 
+/// The optional `Idempotency-Key` of an admin write.
+pub const ADMIN_IDEMPOTENCY_KEY: &str =
+    "1–255 visible ASCII characters. A retry with the same key and the same request changes \
+     nothing more and answers the campaign's current state; the same key with a different \
+     request is 409.";
+
+/// A campaign id in a path.
+pub const CAMPAIGN_ID: &str = "Campaign id: 1–64 characters of `[A-Za-z0-9_-]`.";
+
 type Answer<T> = Result<Json<T>, ApiError>;
 
+/// Create a campaign (one of `stock` or `codes`).
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns",
+    operation_id = "create_campaign",
+    tag = "campaigns",
+    security(("admin_token" = [])),
+    params(("Idempotency-Key" = Option<String>, Header, description = ADMIN_IDEMPOTENCY_KEY, min_length = 1, max_length = 255)),
+    request_body = NewCampaignBody,
+    responses(
+        (status = 201, description = "Created.", body = CampaignView),
+        (status = 409, description = "The id exists, or the Idempotency-Key was used for another request.", body = ErrorBody),
+    ),
+)]
 pub async fn create_campaign(
     _: Admin,
     State(app): State<AppState>,
@@ -27,6 +49,18 @@ pub async fn create_campaign(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
+/// The campaign view (public).
+#[utoipa::path(
+    get,
+    path = "/v1/campaigns/{id}",
+    operation_id = "get_campaign",
+    tag = "campaigns",
+    params(("id" = String, Path, description = CAMPAIGN_ID)),
+    responses(
+        (status = 200, description = "The campaign.", body = CampaignView),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+    ),
+)]
 pub async fn get_campaign(
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
@@ -34,6 +68,24 @@ pub async fn get_campaign(
     Ok(Json(app.backend.campaign(&id).await?))
 }
 
+/// Add units (stock campaigns) or codes (code campaigns) to `total` and `remaining`.
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns/{id}/restock",
+    operation_id = "restock",
+    tag = "campaigns",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = CAMPAIGN_ID),
+        ("Idempotency-Key" = Option<String>, Header, description = ADMIN_IDEMPOTENCY_KEY, min_length = 1, max_length = 255),
+    ),
+    request_body = RestockBody,
+    responses(
+        (status = 200, description = "Restocked; the campaign.", body = CampaignView),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+        (status = 409, description = "A code the campaign already has, or the Idempotency-Key was used for another request.", body = ErrorBody),
+    ),
+)]
 pub async fn restock(
     _: Admin,
     State(app): State<AppState>,
@@ -58,6 +110,23 @@ async fn set_status(
     Ok(Json(app.backend.set_status(&id, status, key).await?))
 }
 
+/// Stop selling: no claim wins after this answer.
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns/{id}/pause",
+    operation_id = "pause",
+    tag = "campaigns",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = CAMPAIGN_ID),
+        ("Idempotency-Key" = Option<String>, Header, description = ADMIN_IDEMPOTENCY_KEY, min_length = 1, max_length = 255),
+    ),
+    responses(
+        (status = 200, description = "The campaign with its new status.", body = CampaignView),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+        (status = 409, description = "The campaign is closed, or the Idempotency-Key was used for another request.", body = ErrorBody),
+    ),
+)]
 pub async fn pause(
     _: Admin,
     State(app): State<AppState>,
@@ -67,6 +136,23 @@ pub async fn pause(
     set_status(app, id, Status::Paused, key).await
 }
 
+/// Sell again (a closed campaign stays closed: 409).
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns/{id}/resume",
+    operation_id = "resume",
+    tag = "campaigns",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = CAMPAIGN_ID),
+        ("Idempotency-Key" = Option<String>, Header, description = ADMIN_IDEMPOTENCY_KEY, min_length = 1, max_length = 255),
+    ),
+    responses(
+        (status = 200, description = "The campaign with its new status.", body = CampaignView),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+        (status = 409, description = "The campaign is closed, or the Idempotency-Key was used for another request.", body = ErrorBody),
+    ),
+)]
 pub async fn resume(
     _: Admin,
     State(app): State<AppState>,
@@ -76,6 +162,23 @@ pub async fn resume(
     set_status(app, id, Status::Active, key).await
 }
 
+/// Stop selling for good: no claim wins after this answer.
+#[utoipa::path(
+    post,
+    path = "/v1/campaigns/{id}/close",
+    operation_id = "close",
+    tag = "campaigns",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = CAMPAIGN_ID),
+        ("Idempotency-Key" = Option<String>, Header, description = ADMIN_IDEMPOTENCY_KEY, min_length = 1, max_length = 255),
+    ),
+    responses(
+        (status = 200, description = "The campaign with its new status.", body = CampaignView),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+        (status = 409, description = "The campaign is closed, or the Idempotency-Key was used for another request.", body = ErrorBody),
+    ),
+)]
 pub async fn close(
     _: Admin,
     State(app): State<AppState>,
@@ -85,6 +188,19 @@ pub async fn close(
     set_status(app, id, Status::Closed, key).await
 }
 
+/// One order.
+#[utoipa::path(
+    get,
+    path = "/v1/orders/{id}",
+    operation_id = "get_order",
+    tag = "orders",
+    security(("admin_token" = [])),
+    params(("id" = String, Path, description = "Order id: `<campaign id>-<n>`.")),
+    responses(
+        (status = 200, description = "The order.", body = Order),
+        (status = 404, description = "No such order.", body = ErrorBody),
+    ),
+)]
 pub async fn get_order(
     _: Admin,
     State(app): State<AppState>,
@@ -93,6 +209,19 @@ pub async fn get_order(
     Ok(Json(app.backend.order(&id).await?))
 }
 
+/// A page of a campaign's orders, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/campaigns/{id}/orders",
+    operation_id = "list_orders",
+    tag = "orders",
+    security(("admin_token" = [])),
+    params(("id" = String, Path, description = CAMPAIGN_ID), OrderQuery),
+    responses(
+        (status = 200, description = "A page of orders.", body = OrderPage),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+    ),
+)]
 pub async fn list_orders(
     _: Admin,
     State(app): State<AppState>,
@@ -104,6 +233,21 @@ pub async fn list_orders(
 
 /// Cancel is idempotent by itself (a retry returns the cancelled order with its units back),
 /// so an `Idempotency-Key` is validated but needs no record.
+#[utoipa::path(
+    post,
+    path = "/v1/orders/{id}/cancel",
+    operation_id = "cancel",
+    tag = "orders",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = "Order id: `<campaign id>-<n>`."),
+        ("Idempotency-Key" = Option<String>, Header, description = "Validated; cancel is idempotent by itself.", min_length = 1, max_length = 255),
+    ),
+    responses(
+        (status = 200, description = "The order, `cancelled`; its units, codes and allowance are back. Cancelling twice returns the same order.", body = Order),
+        (status = 404, description = "No such order.", body = ErrorBody),
+    ),
+)]
 pub async fn cancel(
     _: Admin,
     State(app): State<AppState>,
@@ -113,28 +257,8 @@ pub async fn cancel(
     Ok(Json(app.backend.cancel(&id).await?))
 }
 
-pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
-    let (status, mut body) = match app.backend.health().await {
-        Ok(()) => {
-            let mut body = json!({"status": "ok"});
-            if let Some(lag) = app.backend.pipeline_lag().await {
-                body["pipeline_lag"] = json!(lag);
-            }
-            (StatusCode::OK, body)
-        }
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "unavailable", "error": {"code": "internal", "message": e.to_string()}}),
-        ),
-    };
-    if let Some(Value::Object(details)) = app.backend.health_details() {
-        body.as_object_mut().expect("a JSON object").extend(details);
-    }
-    (status, Json(body))
-}
-
 pub async fn not_found() -> ApiError {
-    Error::NotFound("no such route; see the API reference in the README".into()).into()
+    Error::NotFound("no such route; see /docs/ or /openapi.json for the API".into()).into()
 }
 
 pub async fn method_not_allowed() -> ApiError {

@@ -5,7 +5,8 @@
 //! `/healthz` do not, so they keep answering during a claim storm. With a separate admin
 //! listener the admin routes exist only there (404 on the public one). [`serve_all`] runs the
 //! listeners until a shutdown future resolves, lets in-flight requests finish and flushes the
-//! backend; the connections themselves are accepted and bounded by [`listener`].
+//! backend; the connections themselves are accepted and bounded by [`listener`]. Every route
+//! is described in the OpenAPI document of [`openapi`] (`GET /openapi.json`, page at `/docs/`).
 
 pub mod claim_body;
 mod error;
@@ -13,8 +14,11 @@ mod extract;
 pub mod fd_limit;
 mod guarded;
 mod handlers;
+mod health;
 pub mod listener;
 mod locks;
+pub mod openapi;
+mod openapi_rules;
 mod timed_body;
 mod watchdog;
 
@@ -153,7 +157,10 @@ pub fn routers(
         )
         .route("/v1/locks/{name}/extend", post(locks::extend))
         .route("/metrics", get(guarded::metrics));
-    let health = Router::new().route("/healthz", get(healthz));
+    // Health, the OpenAPI document and its reference page: on every listener, unshed.
+    let health = Router::new()
+        .route("/healthz", get(health::healthz))
+        .merge(openapi::router());
     let finish = |r: Router<AppState>| {
         r.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)

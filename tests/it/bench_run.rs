@@ -106,13 +106,17 @@ async fn soldout_and_hot_presets_for_a_fixed_time_and_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_binary_reports_json_and_exits_zero() {
+async fn the_binary_reports_json_and_html_and_exits_zero() {
     let app = App::spawn(Deploy::Embedded).await;
     let url = app.client.url("");
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let (u, p) = (url.clone(), page.clone());
     let out = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args(["bench", "--url", &url, "--scenario", "seed000", "--json"])
-            .args(["--drain-interval", "50ms", "--threads", "1"])
+            .args(["bench", "--url", &u, "--scenario", "seed000", "--json"])
+            .args(["--drain-interval", "50ms", "--threads", "1", "--html"])
+            .arg(&p)
             .env("SECKILL_ADMIN_TOKEN", TOKEN)
             .output()
             .expect("seckill bench runs")
@@ -129,6 +133,35 @@ async fn the_binary_reports_json_and_exits_zero() {
     assert_eq!(report["outcomes"]["won"], 10);
     assert_eq!(report["verification"]["violations"], Value::Array(vec![]));
     assert!(report["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+
+    // The HTML page: written, self-contained, with this run's figures.
+    let html = std::fs::read_to_string(&page).expect("--html wrote the page");
+    for outside in [
+        "src=", "href=", "url(", "<script", "<link", "@import", "https://",
+    ] {
+        assert!(
+            !html.contains(outside),
+            "the page refers outside: {outside}"
+        );
+    }
+    assert_eq!(
+        html.matches("http://").count(),
+        html.matches(url.as_str()).count(),
+        "only the target's address may be written out"
+    );
+    let p99 = format!("p99 {:.3}", report["latency_ms"]["p99"].as_f64().unwrap());
+    assert!(html.contains(&p99), "the page lacks {p99}");
+    assert!(html.contains("<tr><th>Requests</th><td>100</td></tr>"));
+    assert!(html.contains("<tr><th>won</th><td class=\"n\">10</td>"));
+    assert!(html.contains("<tr><th>sold_out</th><td class=\"n\">90</td>"));
+    assert!(html.contains("OK: every invariant holds"));
+    assert!(html.contains("Latency by percentile (HDR)"));
+    assert!(html.contains("Throughput over time"));
+    assert_eq!(
+        html.matches("<polyline").count(),
+        4,
+        "two latency and two throughput series"
+    );
     app.stop().await;
 }
 
