@@ -8,6 +8,7 @@
 //! backend; the connections themselves are accepted and bounded by [`listener`].
 
 pub mod claim_body;
+mod dashboard;
 mod error;
 mod extract;
 pub mod fd_limit;
@@ -15,6 +16,7 @@ mod guarded;
 mod handlers;
 pub mod listener;
 mod locks;
+mod timed;
 mod timed_body;
 mod watchdog;
 
@@ -124,14 +126,18 @@ pub fn routers(
         guards,
         locks,
     };
-    // Claims shed inline (the storm path); the campaign view through the middleware.
+    let timed = || axum::middleware::from_fn_with_state(state.clone(), timed::timed);
+    // Claims shed inline (the storm path) and time themselves; the campaign view through the
+    // middlewares.
     let public = Router::new()
         .route(
             "/v1/campaigns/{id}",
-            get(get_campaign).layer(axum::middleware::from_fn_with_state(
-                state.clone(),
-                guarded::shed,
-            )),
+            get(get_campaign)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    guarded::shed,
+                ))
+                .layer(timed()),
         )
         .route("/v1/campaigns/{id}/claims", post(guarded::claim));
     let admin = Router::new()
@@ -152,8 +158,15 @@ pub fn routers(
             post(locks::acquire).delete(locks::release),
         )
         .route("/v1/locks/{name}/extend", post(locks::extend))
-        .route("/metrics", get(guarded::metrics));
-    let health = Router::new().route("/healthz", get(healthz));
+        .route("/metrics", get(guarded::metrics))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/dashboard.js", get(dashboard::script))
+        .route("/dashboard/dashboard.css", get(dashboard::style))
+        .route("/dashboard/data", get(dashboard::data))
+        .route_layer(timed());
+    let health = Router::new()
+        .route("/healthz", get(healthz))
+        .route_layer(timed());
     let finish = |r: Router<AppState>| {
         r.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
@@ -171,7 +184,7 @@ pub fn routers(
     if split_admin {
         // Operators read campaigns on the admin listener too, outside the shedding bound.
         let admin = admin
-            .route("/v1/campaigns/{id}", get(get_campaign))
+            .route("/v1/campaigns/{id}", get(get_campaign).layer(timed()))
             .merge(health.clone());
         Routers {
             public: finish(public.merge(health)),
