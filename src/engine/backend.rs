@@ -119,8 +119,7 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// Extra Prometheus lines for `/metrics`.
-    fn metrics(&self) -> String {
-        String::new()
-    }
+    /// Sets this backend's scrape-time series in the instance's registry (called by each
+    /// `GET /metrics` and dashboard poll).
+    fn refresh_metrics(&self, _registry: &crate::telemetry::Registry) {}
 }

@@ -1,152 +1,86 @@
-//! Guard counters and their Prometheus text exposition (`GET /metrics`, admin only).
+//! The guards' metrics and `GET /metrics` (admin only), through the `metrics` facade.
 //!
-//! A handful of atomics rendered by hand: the guard needs counters, not a metrics framework,
-//! and per-campaign series exist only for campaigns on the stock board, so clients cannot mint
-//! new series by sending made-up campaign ids.
+//! Counters on the claim path are handles of the instance's [`Registry`], registered once;
+//! the per-campaign stock and guard counters kept on the stock board are copied into their
+//! series at scrape time. Per-campaign series exist only for campaigns on the stock board
+//! (see `telemetry::registry` for the label bound), so clients cannot mint new series by
+//! sending made-up campaign ids.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use super::soldout::StockBoard;
+use crate::telemetry::catalog;
+use crate::telemetry::claims::{CampaignSeries, ClaimEnd};
+use crate::telemetry::Registry;
 
-#[derive(Debug, Default)]
+use super::soldout::{StockBoard, StockEntry};
+
+#[derive(Default)]
 pub struct GuardMetrics {
-    /// Claims that reached the engine, all campaigns (unknown ids included).
-    pub engine_claims: AtomicU64,
-    pub rate_limited_user: AtomicU64,
-    pub rate_limited_ip: AtomicU64,
-    pub rate_limited_capacity: AtomicU64,
-    pub shed: AtomicU64,
-    pub timeouts: AtomicU64,
-    pub identity_refused: AtomicU64,
+    pub registry: Registry,
 }
 
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+impl std::fmt::Debug for GuardMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GuardMetrics")
+    }
 }
 
 impl GuardMetrics {
     pub fn rate_limited(&self, label: &str) {
+        let r = &self.registry;
         match label {
-            "capacity" => bump(&self.rate_limited_capacity),
-            l if l.ends_with("user") => bump(&self.rate_limited_user),
-            _ => bump(&self.rate_limited_ip),
+            "capacity" => r.rate_limited_capacity.increment(1),
+            l if l.ends_with("user") => r.rate_limited_user.increment(1),
+            _ => r.rate_limited_ip.increment(1),
         }
     }
 
-    pub fn render(&self, board: &StockBoard, in_flight: usize) -> String {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut s = String::new();
-        family(
-            &mut s,
-            "seckill_engine_claims_total",
-            "counter",
-            "Claims handed to the engine (all campaigns)",
-        );
-        let _ = writeln!(
-            s,
-            "seckill_engine_claims_total {}",
-            get(&self.engine_claims)
-        );
-        family(
-            &mut s,
-            "seckill_rate_limited_total",
-            "counter",
-            "Claims refused 429 by a rate limit",
-        );
-        for (who, c) in [
-            ("user", &self.rate_limited_user),
-            ("ip", &self.rate_limited_ip),
-            ("capacity", &self.rate_limited_capacity),
-        ] {
-            let _ = writeln!(
-                s,
-                "seckill_rate_limited_total{{subject=\"{who}\"}} {}",
-                get(c)
-            );
+    /// Counts a claim's answer: its campaign's series (`other` when the campaign is not on
+    /// the board) and its latency.
+    pub fn claim(&self, entry: Option<&StockEntry>, end: ClaimEnd, seconds: f64) {
+        let r = &self.registry;
+        match entry {
+            Some(e) => e.series(r).count(end),
+            None => r.other().count(end),
         }
-        for (name, help, c) in [
-            (
-                "seckill_shed_total",
-                "Requests refused 503 by the in-flight bound",
-                &self.shed,
-            ),
-            (
-                "seckill_timeouts_total",
-                "Requests answered 503 by the request timeout",
-                &self.timeouts,
-            ),
-            (
-                "seckill_identity_refused_total",
-                "Claims refused 401 for their identity token",
-                &self.identity_refused,
-            ),
-        ] {
-            family(&mut s, name, "counter", help);
-            let _ = writeln!(s, "{name} {}", get(c));
-        }
-        family(
-            &mut s,
-            "seckill_in_flight",
-            "gauge",
-            "Public requests in flight",
-        );
-        let _ = writeln!(s, "seckill_in_flight {in_flight}");
-        let campaigns = board.all();
-        let series: [(&str, &str, Pick); 3] = [
-            (
-                "seckill_campaign_engine_claims_total",
-                "Claims of the campaign handed to the engine",
-                |c| &c.engine_claims,
-            ),
-            (
-                "seckill_campaign_fast_sold_out_total",
-                "Claims answered sold_out from memory",
-                |c| &c.fast_sold_out,
-            ),
-            (
-                "seckill_campaign_admission_refused_total",
-                "Claims refused by the admission gate",
-                |c| &c.admission_refused,
-            ),
-        ];
-        for (name, help, pick) in series {
-            family(&mut s, name, "counter", help);
-            for (id, e) in &campaigns {
-                let _ = writeln!(s, "{name}{{campaign=\"{id}\"}} {}", get(pick(&e.counters)));
+        r.claim_answered(end, seconds);
+    }
+
+    /// Copies the board's per-campaign state into its series; `in_flight` public requests.
+    pub fn refresh(&self, board: &StockBoard, in_flight: usize) {
+        let r = &self.registry;
+        r.in_flight.set(in_flight as f64);
+        let mut overflow = 0;
+        for (id, e) in board.all() {
+            let series: &Arc<CampaignSeries> = e.series(r);
+            if r.is_other(series) {
+                overflow += 1;
+                continue;
             }
+            let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            let c = &e.counters;
+            for (name, value) in [
+                (catalog::CAMPAIGN_ENGINE_CLAIMS, get(&c.engine_claims)),
+                (catalog::CAMPAIGN_FAST_SOLD_OUT, get(&c.fast_sold_out)),
+                (
+                    catalog::CAMPAIGN_ADMISSION_REFUSED,
+                    get(&c.admission_refused),
+                ),
+            ] {
+                r.campaign_counter(name, &id).absolute(value);
+            }
+            r.campaign_gauge(catalog::CAMPAIGN_REMAINING, &id)
+                .set(e.remaining() as f64);
+            // Holds: once the board knows units held but not confirmed, set
+            // `catalog::CAMPAIGN_PENDING` here the same way (see `catalog::RESERVED`).
         }
-        family(
-            &mut s,
-            "seckill_campaign_remaining",
-            "gauge",
-            "Remaining stock as the guard sees it",
-        );
-        for (id, e) in &campaigns {
-            let _ = writeln!(
-                s,
-                "seckill_campaign_remaining{{campaign=\"{id}\"}} {}",
-                e.remaining()
-            );
-        }
-        s
+        r.set_overflow(overflow);
     }
 }
 
-/// Selects one counter of a campaign.
-type Pick = fn(&super::soldout::CampaignCounters) -> &AtomicU64;
-
-fn family(s: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// Reads one sample from an exposition (for tests and tools): `name{labels} value`.
+/// Reads one sample from an exposition (for tests and tools): `name{labels} value`, with the
+/// labels in any order; fractional values are truncated.
 pub fn sample(text: &str, series: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
+    crate::telemetry::exposition::sample(text, series).map(|v| v as u64)
 }

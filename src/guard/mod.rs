@@ -40,7 +40,7 @@ use metrics::GuardMetrics;
 use rate::{Check, Limited, RateLimiter, Subject};
 use secret::Secret;
 use shed::Shedder;
-use soldout::StockBoard;
+use soldout::{StockBoard, StockEntry};
 
 /// Guard settings of one instance (from the `serve` flags).
 #[derive(Debug, Clone)]
@@ -207,12 +207,19 @@ impl Guards {
             .await
     }
 
-    /// True when the claim can be answered `sold_out` from memory (counted).
-    pub fn sold_out_fast(&self, campaign: &str, user: &str, qty: u64, keyed: bool) -> bool {
+    /// True when the claim can be answered `sold_out` from memory (counted). `entry` is the
+    /// campaign's entry on the board, if any.
+    pub fn sold_out_fast(
+        &self,
+        entry: Option<&StockEntry>,
+        user: &str,
+        qty: u64,
+        keyed: bool,
+    ) -> bool {
         if keyed {
             return false;
         }
-        let Some(entry) = self.board.get(campaign) else {
+        let Some(entry) = entry else {
             return false;
         };
         let hit = entry.sold_out_for(user, qty, chrono::Utc::now());
@@ -225,23 +232,25 @@ impl Guards {
         hit
     }
 
-    /// Admission to the engine: `Ok(place)` (hold it until the engine answers) or
-    /// `Err(Refused)` to answer 503 `overloaded`. Counts the engine call when admitted.
-    pub fn admit(&self, campaign: &str) -> Result<Option<Admitted>, Refused> {
+    /// Admission to the engine of a claim of the campaign whose board entry is `entry`:
+    /// `Ok(place)` (hold it until the engine answers) or `Err(Refused)` to answer 503
+    /// `overloaded`. Counts the engine call when admitted.
+    pub fn admit(&self, entry: Option<&Arc<StockEntry>>) -> Result<Option<Admitted>, Refused> {
         use std::sync::atomic::Ordering::Relaxed;
-        let entry = self.board.get(campaign);
-        let place = match (&entry, self.settings.admission_k) {
+        let place = match (entry, self.settings.admission_k) {
             (Some(e), k) if k > 0 => Some(admission::admit(e, k).ok_or(Refused)?),
             _ => None,
         };
-        self.metrics.engine_claims.fetch_add(1, Relaxed);
-        if let Some(e) = &entry {
+        self.metrics.registry.engine_claims.increment(1);
+        if let Some(e) = entry {
             e.counters.engine_claims.fetch_add(1, Relaxed);
         }
         Ok(place)
     }
 
+    /// This instance's exposition followed by the process-wide series.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(&self.board, self.shed.in_flight())
+        self.metrics.refresh(&self.board, self.shed.in_flight());
+        self.metrics.registry.render() + &crate::telemetry::process::render()
     }
 }

@@ -27,10 +27,13 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
+
+use crate::telemetry::claims::CampaignSeries;
+use crate::telemetry::Registry;
 
 /// Top bit of the packed state: the campaign is `active`.
 const SELLING: u64 = 1 << 63;
@@ -88,9 +91,18 @@ pub struct StockEntry {
     /// Claims of this campaign now inside the engine (admission gate).
     pub(crate) in_flight: AtomicU64,
     pub counters: CampaignCounters,
+    id: Box<str>,
+    /// This campaign's claim counters, bound on first use to the registry of the instance
+    /// that serves the board (one per board).
+    series: OnceLock<Arc<CampaignSeries>>,
 }
 
 impl StockEntry {
+    /// The campaign's claim series in `registry` (registered on first call).
+    pub fn series(&self, registry: &Registry) -> &Arc<CampaignSeries> {
+        self.series.get_or_init(|| registry.campaign(&self.id))
+    }
+
     /// The authority's view after a change. Call [`Self::add_holder`] for a winner *before*
     /// publishing the stock its win left.
     pub fn publish(&self, remaining: u64, selling: bool) {
@@ -166,6 +178,8 @@ impl StockBoard {
             users: self.users.clone(),
             in_flight: AtomicU64::new(0),
             counters: CampaignCounters::default(),
+            id: id.into(),
+            series: OnceLock::new(),
         });
         self.entries.write().insert(id.to_owned(), entry.clone());
         entry

@@ -3,7 +3,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
@@ -20,9 +21,11 @@ use super::extract::{json_rejection, Admin, Body, IdemHeader, PathArg};
 use super::handlers::CAMPAIGN_ID;
 use super::openapi::RateLimited;
 use super::AppState;
-use crate::domain::{CampaignLimits, ClaimAnswer, ClaimRequest};
+use crate::domain::{CampaignLimits, ClaimAnswer, ClaimRequest, Outcome};
 use crate::guard::identity::{self, IdentityError};
 use crate::guard::rate::Limited;
+use crate::guard::soldout::StockEntry;
+use crate::telemetry::claims::ClaimEnd;
 
 /// The client's IP as the per-IP limits see it (socket peer, or the trusted proxy's header).
 pub struct ClientIp(pub IpAddr);
@@ -90,6 +93,9 @@ fn unauthorized(e: IdentityError) -> ApiError {
 /// request), arms the request timeout only when the answer is not immediate, parses the common
 /// body by hand ([`parse_claim_body`]), skips guards with nothing configured before they
 /// allocate, and answers the fast path's `sold_out` with constant bytes.
+///
+/// Every answer is counted once, on pre-registered handles: its latency by outcome and its
+/// campaign's `seckill_claims_total` (the board entry found once per claim).
 #[utoipa::path(
     post,
     path = "/v1/campaigns/{id}/claims",
@@ -123,17 +129,35 @@ fn unauthorized(e: IdentityError) -> ApiError {
 )]
 pub async fn claim(State(app): State<AppState>, req: Request) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
+    let start = Instant::now();
     let g = &app.guards;
     let Some(_place) = g.shed.try_enter() else {
-        g.metrics.shed.fetch_add(1, Relaxed);
-        return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
+        g.metrics.registry.shed.increment(1);
+        let e = ApiError::overloaded("the service is at capacity; retry shortly");
+        g.metrics
+            .claim(None, ClaimEnd::error(e.code, false), secs(start));
+        return e.into_response();
     };
     let reached = AtomicBool::new(false);
-    match within(g.shed.timeout, decide(&app, req, &reached)).await {
-        Some(Ok(resp)) => resp,
-        Some(Err(e)) => e.into_response(),
-        None => timed_out(&app, reached.load(Relaxed)),
-    }
+    let mut entry = None;
+    let (resp, end) = match within(g.shed.timeout, decide(&app, req, &reached, &mut entry)).await {
+        Some(Ok((resp, outcome))) => (resp, ClaimEnd::outcome(outcome)),
+        Some(Err(e)) => {
+            let end = ClaimEnd::error(e.code, e.outcome_unknown);
+            (e.into_response(), end)
+        }
+        None => {
+            let reached = reached.load(Relaxed);
+            let end = ClaimEnd::error(if reached { "internal" } else { "overloaded" }, reached);
+            (timed_out(&app, reached), end)
+        }
+    };
+    g.metrics.claim(entry.as_deref(), end, secs(start));
+    resp
+}
+
+fn secs(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64()
 }
 
 /// `fut`'s output, or `None` when it has not finished within `limit`. A future that is ready
@@ -146,10 +170,18 @@ async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Ou
     tokio::time::timeout(limit, fut).await.ok()
 }
 
-/// The claim's guards and engine call, once it holds a shedding place.
-async fn decide(app: &AppState, req: Request, reached: &AtomicBool) -> Result<Response, ApiError> {
+/// The claim's guards and engine call, once it holds a shedding place; the answer and its
+/// outcome. `entry` is set to the campaign's board entry as soon as the id is known.
+async fn decide(
+    app: &AppState,
+    req: Request,
+    reached: &AtomicBool,
+    entry: &mut Option<Arc<StockEntry>>,
+) -> Result<(Response, Outcome), ApiError> {
     let (mut parts, body) = req.into_parts();
     let PathArg(id) = PathArg::<String>::from_request_parts(&mut parts, app).await?;
+    *entry = app.guards.board.get(&id);
+    let entry = entry.as_ref();
     let IdemHeader(key) = IdemHeader::from_request_parts(&mut parts, app).await?;
     let ClientIp(ip) = ClientIp::from_request_parts(&mut parts, app).await?;
     let req = Request::from_parts(parts, body);
@@ -168,23 +200,23 @@ async fn decide(app: &AppState, req: Request, reached: &AtomicBool) -> Result<Re
             None => verifier.check(None, &body.user_id, 0),
         };
         if let Err(e) = checked {
-            g.metrics
-                .identity_refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            g.metrics.registry.identity_refused.increment(1);
             return Err(unauthorized(e));
         }
     }
     g.limit_user(&id, &body.user_id)
         .await
         .map_err(rate_limited)?;
-    if g.sold_out_fast(&id, &body.user_id, body.qty, key.is_some()) {
-        return Ok(sold_out_answer());
+    if g.sold_out_fast(entry.map(|e| &**e), &body.user_id, body.qty, key.is_some()) {
+        return Ok((sold_out_answer(), Outcome::SoldOut));
     }
-    let _place = g.admit(&id).map_err(|_| {
+    let _place = g.admit(entry).map_err(|_| {
         ApiError::overloaded("too many claims of this campaign are being decided; retry shortly")
     })?;
     reached.store(true, std::sync::atomic::Ordering::Relaxed);
-    Ok(Json(app.backend.claim(&id, body, key).await?).into_response())
+    let answer = app.backend.claim(&id, body, key).await?;
+    let outcome = answer.outcome;
+    Ok((Json(answer).into_response(), outcome))
 }
 
 /// The claim body: read in full (body limit and timeout as every route) and decoded. Only an
@@ -221,10 +253,9 @@ fn sold_out_answer() -> Response {
 /// Global bound on public requests in flight, and the request timeout (`crate::guard::shed`),
 /// for the public routes other than claims (which shed inline, see [`claim`]).
 pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    use std::sync::atomic::Ordering::Relaxed;
     let g = &app.guards;
     let Some(_place) = g.shed.try_enter() else {
-        g.metrics.shed.fetch_add(1, Relaxed);
+        g.metrics.registry.shed.increment(1);
         return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
     };
     match within(g.shed.timeout, next.run(req)).await {
@@ -237,9 +268,7 @@ pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Resp
 /// was handed to the engine, so it may have been decided.
 fn timed_out(app: &AppState, reached: bool) -> Response {
     let g = &app.guards;
-    g.metrics
-        .timeouts
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    g.metrics.registry.timeouts.increment(1);
     let limit = g.shed.timeout.max(Duration::from_millis(1));
     if reached {
         // The engine may have decided it (claims are cancel-safe: the decision stands
@@ -317,7 +346,8 @@ pub async fn put_limits(
     Ok(Json(stored))
 }
 
-/// `GET /metrics` (admin): Prometheus text exposition of the guard counters.
+/// `GET /metrics` (admin): Prometheus text exposition (every family of
+/// `telemetry::catalog`).
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -334,8 +364,19 @@ pub async fn metrics(_: Admin, State(app): State<AppState>) -> impl IntoResponse
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.guards.render_metrics() + &app.backend.metrics(),
+        exposition(&app).await,
     )
+}
+
+/// The instance's exposition, with the scrape-time series (backend state, pipeline lag) set.
+pub async fn exposition(app: &AppState) -> String {
+    if let Some(lag) = app.backend.pipeline_lag().await {
+        crate::telemetry::process::handles()
+            .pipeline_lag
+            .set(lag as f64);
+    }
+    app.backend.refresh_metrics(&app.guards.metrics.registry);
+    app.guards.render_metrics()
 }
 
 #[cfg(test)]

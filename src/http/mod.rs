@@ -9,6 +9,7 @@
 //! is described in the OpenAPI document of [`openapi`] (`GET /openapi.json`, page at `/docs/`).
 
 pub mod claim_body;
+mod dashboard;
 mod error;
 mod extract;
 pub mod fd_limit;
@@ -19,6 +20,7 @@ pub mod listener;
 mod locks;
 pub mod openapi;
 mod openapi_rules;
+mod timed;
 mod timed_body;
 mod watchdog;
 
@@ -128,14 +130,18 @@ pub fn routers(
         guards,
         locks,
     };
-    // Claims shed inline (the storm path); the campaign view through the middleware.
+    let timed = || axum::middleware::from_fn_with_state(state.clone(), timed::timed);
+    // Claims shed inline (the storm path) and time themselves; the campaign view through the
+    // middlewares.
     let public = Router::new()
         .route(
             "/v1/campaigns/{id}",
-            get(get_campaign).layer(axum::middleware::from_fn_with_state(
-                state.clone(),
-                guarded::shed,
-            )),
+            get(get_campaign)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    guarded::shed,
+                ))
+                .layer(timed()),
         )
         .route("/v1/campaigns/{id}/claims", post(guarded::claim));
     let admin = Router::new()
@@ -156,10 +162,16 @@ pub fn routers(
             post(locks::acquire).delete(locks::release),
         )
         .route("/v1/locks/{name}/extend", post(locks::extend))
-        .route("/metrics", get(guarded::metrics));
+        .route("/metrics", get(guarded::metrics))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/dashboard.js", get(dashboard::script))
+        .route("/dashboard/dashboard.css", get(dashboard::style))
+        .route("/dashboard/data", get(dashboard::data))
+        .route_layer(timed());
     // Health, the OpenAPI document and its reference page: on every listener, unshed.
     let health = Router::new()
         .route("/healthz", get(health::healthz))
+        .route_layer(timed())
         .merge(openapi::router());
     let finish = |r: Router<AppState>| {
         r.fallback(not_found)
@@ -178,7 +190,7 @@ pub fn routers(
     if split_admin {
         // Operators read campaigns on the admin listener too, outside the shedding bound.
         let admin = admin
-            .route("/v1/campaigns/{id}", get(get_campaign))
+            .route("/v1/campaigns/{id}", get(get_campaign).layer(timed()))
             .merge(health.clone());
         Routers {
             public: finish(public.merge(health)),

@@ -21,8 +21,8 @@ use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, ResponseB
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
-use super::handlers;
 use super::health::{self, Health, HealthStatus};
+use super::{dashboard, handlers};
 use super::{guarded, locks};
 use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Kind, NewCampaignBody, Order,
@@ -61,6 +61,10 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         locks::extend,
         locks::release,
         guarded::metrics,
+        dashboard::page,
+        dashboard::script,
+        dashboard::style,
+        dashboard::data,
         health::healthz,
         openapi_json,
         docs_index,
@@ -150,7 +154,15 @@ impl Modify for Common {
 fn is_static_route(operation_id: &str) -> bool {
     matches!(
         operation_id,
-        "healthz" | "metrics" | "openapi_json" | "docs_index" | "docs_redirect"
+        "healthz"
+            | "metrics"
+            | "openapi_json"
+            | "docs_index"
+            | "docs_redirect"
+            | "dashboard"
+            | "dashboard_js"
+            | "dashboard_css"
+            | "dashboard_data"
     )
 }
 

@@ -261,9 +261,16 @@ impl Writer {
         let result = if writes.is_empty() {
             Ok(())
         } else {
+            let m = crate::telemetry::process::handles();
+            m.commit_batch.record(writes.len() as f64);
+            let started = std::time::Instant::now();
             let applied = AssertUnwindSafe(self.ledger.apply(&writes))
                 .catch_unwind()
                 .await;
+            m.commit_duration.record(started.elapsed().as_secs_f64());
+            if !matches!(applied, Ok(Ok(()))) {
+                m.commit_failures.increment(1);
+            }
             let result = match applied {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(classify(&e)),

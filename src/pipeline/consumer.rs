@@ -239,7 +239,13 @@ impl Consumer {
                 e.context("the orders are not on a replica yet; they stay in the stream")
             })?;
         }
-        match self.ledger.insert_pipeline_orders(&orders, fence).await {
+        let m = crate::telemetry::process::handles();
+        m.pipeline_batch.record(orders.len() as f64);
+        let inserted = {
+            let _t = crate::telemetry::process::Timer::start(&m.pipeline_insert);
+            self.ledger.insert_pipeline_orders(&orders, fence).await
+        };
+        match inserted {
             // The test hook of `crate::supervise`: die after the commit, before the ack.
             Ok(_) if crate::supervise::test_panic(super::TASK) => {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")

@@ -17,6 +17,7 @@ mod helpers;
 mod hostile;
 mod invariants;
 mod locks;
+mod metrics;
 mod openapi;
 mod process;
 mod scale_out;

@@ -209,6 +209,10 @@ async fn the_served_document_describes_outcomes_errors_headers_and_security() {
                 "/openapi.json",
                 "/docs",
                 "/docs/",
+                // The dashboard's page and assets; its data is admin.
+                "/dashboard",
+                "/dashboard/dashboard.js",
+                "/dashboard/dashboard.css",
             ];
             let get_campaign = path == "/v1/campaigns/{id}" && method == "get";
             let expect_public =

@@ -328,6 +328,7 @@ impl Scripts {
                 }
             }
         }
+        let _t = super::scripts::timer("claims");
         let flat: Vec<String> = inv.invoke_async(conn).await?;
         flat.chunks(2)
             .map(|pair| match pair {

@@ -479,7 +479,7 @@ impl Backend for ScaleOut {
         Some(v)
     }
 
-    fn metrics(&self) -> String {
-        self.settings.metrics()
+    fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
+        self.settings.refresh_metrics(registry);
     }
 }

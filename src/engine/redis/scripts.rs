@@ -24,6 +24,11 @@ pub struct Scripts {
     fence: Script,
 }
 
+/// Times one script call into `seckill_redis_script_duration_seconds{script}` (until dropped).
+pub(super) fn timer(script: &str) -> crate::telemetry::process::Timer<'static> {
+    crate::telemetry::process::Timer::start(crate::telemetry::process::handles().script(script))
+}
+
 /// What the claim script decided.
 pub enum Claimed {
     Answer(ClaimAnswer),
@@ -133,6 +138,7 @@ impl Scripts {
             .arg(rejected.rejected_ttl.num_seconds().max(1))
             .arg(rejected.per_user)
             .arg(rejected.per_campaign);
+        let _t = timer("claim");
         let (tag, encoded): (String, String) = inv.invoke_async(conn).await?;
         if tag == "missing" {
             return Ok(Claimed::Missing);
@@ -226,6 +232,7 @@ impl Scripts {
         for c in codes {
             inv.arg(c);
         }
+        let _t = timer("restock");
         Ok(guarded(inv.invoke_async(conn).await?))
     }
 
@@ -241,6 +248,7 @@ impl Scripts {
         inv.key(Keys::new(campaign).meta())
             .arg(status)
             .arg(if force { "force" } else { "" });
+        let _t = timer("status");
         Ok(guarded(inv.invoke_async(conn).await?))
     }
 
@@ -267,6 +275,7 @@ impl Scripts {
         for c in codes {
             inv.arg(c);
         }
+        let _t = timer("release");
         inv.invoke_async(conn).await
     }
 
@@ -284,6 +293,7 @@ impl Scripts {
             for id in chunk {
                 inv.arg(id);
             }
+            let _t = timer("ack");
             acked += inv.invoke_async::<u64>(conn).await?;
         }
         Ok(acked)

@@ -124,6 +124,8 @@ pub struct Watch {
     allow_eviction: bool,
     current: Mutex<Settings>,
     refusing: AtomicBool,
+    /// The label set last exported as `seckill_redis_settings` (set to 0 when it changes).
+    exported: Mutex<Option<Vec<metrics::Label>>>,
 }
 
 impl Watch {
@@ -143,6 +145,7 @@ impl Watch {
         let me = Self {
             allow_eviction,
             current: Mutex::new(Settings::default()),
+            exported: Mutex::new(None),
             refusing: AtomicBool::new(false),
         };
         me.note(s);
@@ -183,26 +186,40 @@ impl Watch {
         self.current.lock().clone()
     }
 
-    /// Prometheus lines: one gauge per setting.
-    pub fn metrics(&self) -> String {
+    /// Sets `seckill_redis_settings` (1 on the current label set, 0 on the one it replaced)
+    /// and `seckill_redis_refusing_claims`.
+    pub fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
+        use crate::telemetry::catalog;
+        use metrics::Label;
         let s = self.current();
-        let policy = s.maxmemory_policy.as_deref().unwrap_or("unknown");
-        let fsync = s.appendfsync.as_deref().unwrap_or("unknown");
         let aof = match s.appendonly {
             Some(true) => "yes",
             Some(false) => "no",
             None => "unknown",
         };
-        format!(
-            "# HELP seckill_redis_settings Redis settings the guarantees depend on (1 = current)\n\
-             # TYPE seckill_redis_settings gauge\n\
-             seckill_redis_settings{{maxmemory_policy=\"{policy}\",appendonly=\"{aof}\",appendfsync=\"{fsync}\",source=\"{}\"}} 1\n\
-             # HELP seckill_redis_refusing_claims 1 while claims are refused for an evicting Redis\n\
-             # TYPE seckill_redis_refusing_claims gauge\n\
-             seckill_redis_refusing_claims {}\n",
-            s.source,
-            u8::from(self.refusing())
-        )
+        let labels = vec![
+            Label::new(
+                "maxmemory_policy",
+                s.maxmemory_policy.clone().unwrap_or("unknown".into()),
+            ),
+            Label::from_static_parts("appendonly", aof),
+            Label::new(
+                "appendfsync",
+                s.appendfsync.clone().unwrap_or("unknown".into()),
+            ),
+            Label::from_static_parts("source", s.source),
+        ];
+        let mut last = self.exported.lock();
+        if let Some(old) = last.take().filter(|old| *old != labels) {
+            registry.gauge(catalog::REDIS_SETTINGS, old).set(0.0);
+        }
+        registry
+            .gauge(catalog::REDIS_SETTINGS, labels.clone())
+            .set(1.0);
+        *last = Some(labels);
+        registry
+            .gauge(catalog::REDIS_REFUSING, Vec::new())
+            .set(f64::from(u8::from(self.refusing())));
     }
 }
 
