@@ -1,5 +1,6 @@
 //! A claim request and its answer.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::validate::{validate_idempotency_key, validate_qty, validate_user_id};
@@ -97,6 +98,11 @@ pub struct ClaimAnswer {
     pub remaining: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub held: Option<u64>,
+    /// `won` in a campaign with holds: `pending`, to be confirmed by `pay_by`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub state: Option<super::OrderState>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pay_by: Option<DateTime<Utc>>,
 }
 
 impl ClaimAnswer {
@@ -109,6 +115,8 @@ impl ClaimAnswer {
             codes: None,
             remaining: None,
             held: None,
+            state: None,
+            pay_by: None,
         }
     }
 }

@@ -10,9 +10,10 @@ use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{CampaignView, ClaimAnswer, Kind, Outcome, Status};
+use crate::domain::{CampaignView, ClaimAnswer, HoldsView, Kind, OrderState, Outcome, Status};
 
 pub use self::holdings::Holdings;
+pub use self::holds::{Held, Holds, NotConfirmable};
 
 /// The immutable part of a campaign.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,8 @@ pub struct CampaignDef {
     pub per_user_limit: u64,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// Seconds a won order waits for its confirm; `None`: orders are final at once.
+    pub hold_seconds: Option<u32>,
 }
 
 /// Units taken from a campaign by a winning claim, not yet confirmed durable.
@@ -33,6 +36,8 @@ pub struct Reservation {
     pub qty: u64,
     pub codes: Vec<String>,
     pub created_at: DateTime<Utc>,
+    /// Campaigns with holds: the order is pending until this deadline.
+    pub pay_by: Option<DateTime<Utc>>,
 }
 
 impl Reservation {
@@ -41,7 +46,17 @@ impl Reservation {
             order_id: Some(self.order_id.clone()),
             qty: Some(self.qty),
             codes: (kind == Kind::Codes).then(|| self.codes.clone()),
+            state: self.pay_by.map(|_| OrderState::Pending),
+            pay_by: self.pay_by,
             ..ClaimAnswer::bare(Outcome::Won)
+        }
+    }
+
+    /// The state the order is written in.
+    pub fn state(&self) -> OrderState {
+        match self.pay_by {
+            Some(_) => OrderState::Pending,
+            None => OrderState::Active,
         }
     }
 }
@@ -65,6 +80,8 @@ pub struct CampaignState {
     /// Every code the campaign ever had, to refuse a restock that repeats one.
     all_codes: HashSet<String>,
     next_seq: u64,
+    /// Pending orders and their deadlines (campaigns with holds only).
+    pub holds: Holds,
 }
 
 impl CampaignState {
@@ -80,6 +97,7 @@ impl CampaignState {
             pool: codes.into(),
             all_codes,
             next_seq: 1,
+            holds: Holds::default(),
         }
     }
 
@@ -170,14 +188,35 @@ impl CampaignState {
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Decision::Won(Reservation {
+        let pay_by = self
+            .def
+            .hold_seconds
+            .map(|h| now + chrono::TimeDelta::seconds(i64::from(h)));
+        let r = Reservation {
             order_id: format!("{}-{seq}", self.def.id),
             seq,
             user_id: user.to_owned(),
             qty,
             codes,
             created_at: now,
-        })
+            pay_by,
+        };
+        if let Some(pay_by) = pay_by {
+            self.holds.add(seq, holds::held(&r, pay_by));
+        }
+        Decision::Won(r)
+    }
+
+    /// Undoes a won reservation whose order was not written. A pending order that a
+    /// resolution already took is left to it: its write fails too and the engine re-reads.
+    pub fn undo(&mut self, r: &Reservation) {
+        if r.pay_by.is_some() {
+            let Some(held) = self.holds.take(r.seq) else {
+                return;
+            };
+            self.holds.settled(held.qty);
+        }
+        self.release(&r.user_id, r.qty, &r.codes);
     }
 
     /// Gives back the units, codes and allowance of an order (cancel, or a failed commit).
@@ -215,6 +254,10 @@ impl CampaignState {
             status: self.status,
             starts_at: self.def.starts_at,
             ends_at: self.def.ends_at,
+            holds: self.def.hold_seconds.map(|hold_seconds| HoldsView {
+                hold_seconds,
+                pending: self.holds.units(),
+            }),
         }
     }
 }
@@ -254,12 +297,31 @@ impl Rebuild {
         self.state.pool.push_back(code);
     }
 
-    /// One active order.
+    /// One live order (active or confirmed).
     pub fn order(&mut self, user: &str, qty: u64, codes: &[String]) {
         let s = &mut self.state;
         s.remaining = s.remaining.saturating_sub(qty);
         s.held.add(user, qty);
         self.taken.extend(codes.iter().cloned());
+    }
+
+    /// One pending order, waiting for its confirm until `pay_by`.
+    pub fn pending(
+        &mut self,
+        seq: u64,
+        user: &str,
+        qty: u64,
+        codes: &[String],
+        pay_by: DateTime<Utc>,
+    ) {
+        self.order(user, qty, codes);
+        let held = Held {
+            pay_by,
+            user_id: user.to_owned(),
+            qty,
+            codes: codes.to_vec(),
+        };
+        self.state.holds.add(seq, held);
     }
 
     pub fn finish(self) -> CampaignState {
@@ -283,6 +345,7 @@ mod tests {
             per_user_limit: limit,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         };
         CampaignState::new(def, total, vec![], Status::Active)
     }
@@ -315,6 +378,7 @@ mod tests {
             per_user_limit: 1,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         };
         let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
         let Decision::Won(r) = s.decide("u1", 1, Utc::now()) else {
@@ -333,5 +397,6 @@ mod tests {
 }
 
 mod holdings;
+mod holds;
 #[cfg(test)]
 mod props;

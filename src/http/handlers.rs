@@ -22,6 +22,13 @@ pub async fn create_campaign(
     Body(body): Body<NewCampaignBody>,
 ) -> Result<(StatusCode, Json<CampaignView>), ApiError> {
     let campaign = NewCampaign::try_from(body)?;
+    if campaign.hold_seconds.is_some() && !app.backend.supports_holds() {
+        return Err(Error::invalid(
+            "hold_seconds is not available in the scale-out deployment yet (see docs/HOLDS.md); \
+             create the campaign without it, or use the embedded deployment",
+        )
+        .into());
+    }
     let key = key.map(|k| AdminKey::create(k, &campaign));
     let view = app.backend.create_campaign(campaign, key).await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -111,6 +118,17 @@ pub async fn cancel(
     _key: IdemHeader,
 ) -> Answer<Order> {
     Ok(Json(app.backend.cancel(&id).await?))
+}
+
+/// Confirm is idempotent by order id (a retry returns the confirmed order), so an
+/// `Idempotency-Key` is validated but needs no record.
+pub async fn confirm(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+    _key: IdemHeader,
+) -> Answer<Order> {
+    Ok(Json(app.backend.confirm(&id).await?))
 }
 
 pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
