@@ -334,69 +334,9 @@ impl Rebuild {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stock(total: u64, limit: u64) -> CampaignState {
-        let def = CampaignDef {
-            id: "air-12".into(),
-            kind: Kind::Stock,
-            per_user_limit: limit,
-            starts_at: None,
-            ends_at: None,
-            hold_seconds: None,
-        };
-        CampaignState::new(def, total, vec![], Status::Active)
-    }
-
-    fn outcome(d: &Decision) -> Outcome {
-        match d {
-            Decision::Rejected(a) => a.outcome,
-            Decision::Won(_) => Outcome::Won,
-        }
-    }
-
-    /// The transcript of seed 002: stock 5, limit 2.
-    #[test]
-    fn seed_002_transcript() {
-        let mut s = stock(5, 2);
-        let now = Utc::now();
-        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::Won);
-        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::AlreadyClaimed);
-        assert_eq!(outcome(&s.decide("u102", 2, now)), Outcome::Won);
-        assert_eq!(outcome(&s.decide("u103", 3, now)), Outcome::OverLimit);
-        assert_eq!(outcome(&s.decide("u103", 2, now)), Outcome::SoldOut);
-        assert_eq!(s.remaining, 1);
-    }
-
-    #[test]
-    fn release_restores_everything() {
-        let def = CampaignDef {
-            id: "p".into(),
-            kind: Kind::Codes,
-            per_user_limit: 1,
-            starts_at: None,
-            ends_at: None,
-            hold_seconds: None,
-        };
-        let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
-        let Decision::Won(r) = s.decide("u1", 1, Utc::now()) else {
-            panic!("should win")
-        };
-        assert_eq!(r.codes, vec!["A".to_string()]);
-        s.release(&r.user_id, r.qty, &r.codes);
-        assert_eq!(s.remaining, 2);
-        assert_eq!(s.held_by("u1"), 0);
-        let Decision::Won(again) = s.decide("u1", 1, Utc::now()) else {
-            panic!("should win again")
-        };
-        assert_eq!(again.codes, vec!["A".to_string()]);
-        assert_ne!(again.order_id, r.order_id);
-    }
-}
-
 mod holdings;
 mod holds;
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod tests;

@@ -119,8 +119,8 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             at,
         } => {
             sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&def.id)
             .bind(def.kind.as_str())
@@ -130,6 +130,7 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             .bind(def.starts_at.map(micros))
             .bind(def.ends_at.map(micros))
             .bind(micros(*at))
+            .bind(def.hold_seconds.map(i64::from))
             .execute(&mut *conn)
             .await?;
             insert_codes(conn, &def.id, 0, codes).await?;
