@@ -44,7 +44,7 @@ pub use storm::{Keyed, Win};
 pub use verify::{Evidence, Invariant, Violation};
 
 use crate::bench::client::Client;
-use crate::domain::{Kind, OrderState};
+use crate::domain::Kind;
 use conn::Endpoint;
 use events::Action;
 use scenario::Plan;
@@ -171,7 +171,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             active_units: drained
                 .orders
                 .iter()
-                .filter(|o| o.state == OrderState::Active)
+                .filter(|o| o.state.is_live())
                 .map(|o| o.qty)
                 .sum(),
             total: drained.view.total,
