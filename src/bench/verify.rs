@@ -43,6 +43,9 @@ pub enum Invariant {
     BadInputAccepted,
     /// 7: the campaign changed while only malformed or unauthorised requests were sent.
     BadInputChangedState,
+    /// 4: an order of a campaign with holds was not resolved as its answers said (see
+    /// `bench::payer`).
+    HoldBroken,
 }
 
 impl Invariant {
@@ -56,7 +59,8 @@ impl Invariant {
             | Invariant::WonMismatch
             | Invariant::OrderDuplicated
             | Invariant::WonAnsweredTwice
-            | Invariant::PhantomOrder => 4,
+            | Invariant::PhantomOrder
+            | Invariant::HoldBroken => 4,
             Invariant::RemainingMismatch => 5,
             Invariant::IdempotencyBroken => 6,
             Invariant::BadInputAccepted | Invariant::BadInputChangedState => 7,
