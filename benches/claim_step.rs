@@ -37,6 +37,7 @@ fn def(limit: u64) -> CampaignDef {
         per_user_limit: limit,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     }
 }
 
@@ -100,6 +101,7 @@ fn embedded(c: &mut Criterion) {
                 per_user_limit: 1,
                 starts_at: None,
                 ends_at: None,
+                hold_seconds: None,
             },
             None,
         )

@@ -90,6 +90,11 @@ pub struct ServeConfig {
     pub guard: GuardArgs,
     #[command(flatten)]
     pub scale: ScaleOutArgs,
+
+    /// The clock of the embedded engine; `None` is the system clock. Not a flag: tests inject
+    /// a [`ManualClock`](crate::clock::ManualClock) to reach payment deadlines without sleeping.
+    #[arg(skip)]
+    pub clock: Option<std::sync::Arc<dyn crate::clock::Clock>>,
 }
 
 impl ServeConfig {
@@ -112,6 +117,7 @@ impl ServeConfig {
             conn: ConnArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),
+            clock: None,
         }
     }
 }

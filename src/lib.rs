@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod chaos;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod engine;

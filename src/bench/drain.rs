@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::bench::client::Client;
-use crate::domain::{CampaignView, Order, OrderState};
+use crate::domain::{CampaignView, Order};
 
 use super::storm::Win;
 
@@ -31,7 +31,7 @@ pub struct Drained {
 fn fingerprint(view: &CampaignView, orders: &[Order]) -> (usize, u64, u64) {
     let active = orders
         .iter()
-        .filter(|o| o.state == OrderState::Active)
+        .filter(|o| o.state.is_live())
         .map(|o| o.qty)
         .sum();
     (orders.len(), active, view.remaining)

@@ -23,6 +23,7 @@ pub mod events;
 pub mod fire;
 pub mod html;
 pub mod opts;
+pub mod payer;
 pub mod probe;
 pub mod report;
 pub mod scenario;
@@ -46,7 +47,7 @@ pub use storm::{Keyed, Win};
 pub use verify::{Evidence, Invariant, Violation};
 
 use crate::bench::client::Client;
-use crate::domain::{Kind, OrderState};
+use crate::domain::Kind;
 use conn::Endpoint;
 use events::Action;
 use scenario::Plan;
@@ -73,6 +74,9 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
 
     let (campaign, kind, preexisting) = setup::campaign(&client, &plan, verify).await?;
     let claim_path = format!("/v1/campaigns/{campaign}/claims");
+    let payer = plan
+        .hold
+        .map(|h| payer::Payer::start(client.clone(), campaign.clone(), h, plan.seed));
     let (mut wins, presold, presell_sold_out) = if plan.presell {
         setup::presell(&endpoints[0], &claim_path, plan.timeout).await?
     } else {
@@ -127,6 +131,15 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
     let server_cpu = server_before
         .zip(server.as_deref().and_then(cpu_seconds))
         .map(|(a, b)| 1e6 * (b - a) / result.tally.requests().max(1) as f64);
+    let storm_end = crate::domain::now();
+    let payments = match payer {
+        Some(p) => Some(
+            p.finish()
+                .await
+                .context("the payments of the holds preset")?,
+        ),
+        None => None,
+    };
     let events = events_task.await.context("the event task panicked")?;
     if let Some(p) = progress_task {
         let _ = p.await;
@@ -146,6 +159,9 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
     };
     wins.append(&mut tally.wins);
     let verification = if verify {
+        if let Some(h) = plan.hold {
+            payer::wait_resolved(&client, &campaign, h).await?;
+        }
         let drained = drain::wait(
             &client,
             &campaign,
@@ -169,6 +185,13 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             sold_out_seen,
             cancelled_by_bench: &cancelled,
         });
+        let holds = payments.as_ref().map(|p| {
+            let demand_left = tally.last_sold_out_sent.is_some();
+            let total = drained.view.total;
+            let (found, summary) = payer::check(&drained.orders, p, storm_end, total, demand_left);
+            violations.extend(found);
+            summary
+        });
         // Only on the run's own campaign: against someone else's, a broken server would let
         // the probe pause or close a live sale.
         if opts.campaign.is_none() {
@@ -182,12 +205,13 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             active_units: drained
                 .orders
                 .iter()
-                .filter(|o| o.state == OrderState::Active)
+                .filter(|o| o.state.is_live())
                 .map(|o| o.qty)
                 .sum(),
             total: drained.view.total,
             remaining: drained.view.remaining,
             under_sell_checked: sold_out_seen,
+            holds,
             violations,
         })
     } else {

@@ -25,6 +25,9 @@ pub enum ScenarioName {
     Hot,
     /// The stock is gone before the storm starts: measures the rejection path.
     Soldout,
+    /// Orders wait for payment (`hold_seconds`): winners confirm with a probability after a
+    /// random delay, the rest expire and their units sell again (docs/HOLDS.md).
+    Holds,
 }
 
 impl ScenarioName {
@@ -35,6 +38,7 @@ impl ScenarioName {
             ScenarioName::Prizes => "prizes",
             ScenarioName::Hot => "hot",
             ScenarioName::Soldout => "soldout",
+            ScenarioName::Holds => "holds",
         }
     }
 }
@@ -138,6 +142,15 @@ pub struct BenchOpts {
     /// Per-user limit of the created campaign.
     #[arg(long)]
     pub limit: Option<u64>,
+
+    /// Create the campaign with holds of this many seconds (preset `holds`: 3).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub hold_seconds: Option<u32>,
+
+    /// With holds: the share of winners that confirm (pay), each after a random delay of up
+    /// to 1.5 × hold_seconds, so some confirms come too late and are refused.
+    #[arg(long, default_value_t = 0.5)]
+    pub confirm_probability: f64,
 
     /// Units per claim: `N`, or `A-B` drawn uniformly.
     #[arg(long)]

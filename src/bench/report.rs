@@ -84,6 +84,9 @@ pub struct Verification {
     pub remaining: u64,
     /// Whether the no-under-sell check applied (a qty-1 `sold_out` after the last supply change).
     pub under_sell_checked: bool,
+    /// Campaigns with holds: how the confirms were answered and the orders resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<super::payer::HoldsSummary>,
     pub violations: Vec<Violation>,
 }
 
@@ -251,6 +254,17 @@ impl BenchReport {
                 ""
             }
         )?;
+        if let Some(h) = &v.holds {
+            writeln!(
+                out,
+                "holds: {} confirmed, {} expired; confirms answered 200 {} / 409 {} / failed {}",
+                h.confirmed,
+                h.expired,
+                h.confirm_answered_200,
+                h.confirm_answered_409,
+                h.confirm_failed
+            )?;
+        }
         if v.violations.is_empty() {
             return writeln!(out, "OK: every invariant holds");
         }

@@ -61,8 +61,17 @@ pub struct Plan {
     pub rate: Option<f64>,
     pub events: Vec<EventSpec>,
     pub seed: u64,
+    /// The created campaign's orders wait for payment.
+    pub hold: Option<Hold>,
     #[serde(skip)]
     pub timeout: Duration,
+}
+
+/// Holds of a created campaign and how its winners pay.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Hold {
+    pub seconds: u32,
+    pub confirm_probability: f64,
 }
 
 struct Preset {
@@ -135,6 +144,17 @@ fn preset(name: ScenarioName) -> Preset {
             stop: Stop::Duration(Duration::from_secs(10)),
             presell: true,
         },
+        ScenarioName::Holds => Preset {
+            supply: Supply::Stock(2_000),
+            limit: 1,
+            qty: one,
+            users: 1_000_000_000,
+            pick: Pick::Once,
+            clicks: 1,
+            connections: 32,
+            stop: Stop::Duration(Duration::from_secs(10)),
+            presell: false,
+        },
     }
 }
 
@@ -171,8 +191,24 @@ impl Plan {
             rate: o.rate,
             events: o.events.clone(),
             seed: o.seed,
+            hold: match (o.hold_seconds, o.scenario) {
+                _ if o.campaign.is_some() => None,
+                (Some(seconds), _) => Some(Hold {
+                    seconds,
+                    confirm_probability: o.confirm_probability,
+                }),
+                (None, ScenarioName::Holds) => Some(Hold {
+                    seconds: 3,
+                    confirm_probability: o.confirm_probability,
+                }),
+                (None, _) => None,
+            },
             timeout: o.timeout,
         };
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&o.confirm_probability),
+            "--confirm-probability must be between 0 and 1"
+        );
         anyhow::ensure!(plan.users >= 1, "--users must be at least 1");
         anyhow::ensure!(plan.clicks >= 1, "--clicks must be at least 1");
         anyhow::ensure!(plan.connections >= 1, "--connections must be at least 1");

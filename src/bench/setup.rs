@@ -33,6 +33,9 @@ pub async fn campaign(
                 hex::encode(rand::random::<[u8; 4]>())
             );
             let mut spec = json!({"id": id, "per_user_limit": per_user_limit});
+            if let Some(h) = plan.hold {
+                spec["hold_seconds"] = json!(h.seconds);
+            }
             match supply {
                 Supply::Stock(n) => spec["stock"] = json!(n),
                 Supply::Codes(n) => {

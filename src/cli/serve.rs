@@ -66,6 +66,9 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         embedded.max_batch = cfg.max_batch;
         embedded.idempotency_ttl = std::time::Duration::from_secs(cfg.idempotency_hours * 3600);
         embedded.idempotency_limits = cfg.idem_limits();
+        if let Some(clock) = &cfg.clock {
+            embedded.clock = clock.clone();
+        }
         backend = Embedded::open(embedded).await?;
         tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
     }

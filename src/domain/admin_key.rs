@@ -41,13 +41,17 @@ impl AdminKey {
             Supply::Stock(n) => (format!("stock={n}"), &[]),
             Supply::Codes(codes) => (format!("codes={}", codes.len()), codes),
         };
-        let head = [
+        let mut head = vec![
             c.id.clone(),
             supply,
             c.per_user_limit.to_string(),
             format!("{:?}", c.starts_at.map(|t| t.timestamp_micros())),
             format!("{:?}", c.ends_at.map(|t| t.timestamp_micros())),
         ];
+        // Only when set, so keys stored before holds existed keep their fingerprints.
+        if let Some(h) = c.hold_seconds {
+            head.push(format!("hold={h}"));
+        }
         Self {
             key: key.as_str().to_owned(),
             scope: c.id.clone(),

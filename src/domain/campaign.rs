@@ -109,7 +109,14 @@ pub struct NewCampaignBody {
     /// End of the sale window (exclusive); later than `starts_at`.
     #[serde(default)]
     pub ends_at: Option<DateTime<Utc>>,
+    /// Seconds a won order waits for its payment (see `docs/HOLDS.md`); none: orders are
+    /// final (`active`) at once.
+    #[serde(default)]
+    pub hold_seconds: Option<u64>,
 }
+
+/// Longest payment window a campaign may give its orders (`hold_seconds`).
+pub const MAX_HOLD_SECONDS: u64 = 86_400;
 
 /// A validated campaign definition.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +126,7 @@ pub struct NewCampaign {
     pub per_user_limit: u64,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
+    pub hold_seconds: Option<u32>,
 }
 
 impl TryFrom<NewCampaignBody> for NewCampaign {
@@ -155,12 +163,22 @@ impl TryFrom<NewCampaignBody> for NewCampaign {
                 return Err(Error::invalid("ends_at must be later than starts_at"));
             }
         }
+        let hold_seconds = match body.hold_seconds {
+            None => None,
+            Some(h @ 1..=MAX_HOLD_SECONDS) => Some(h as u32),
+            Some(h) => {
+                return Err(Error::invalid(format!(
+                    "hold_seconds must be between 1 and {MAX_HOLD_SECONDS}, got {h}"
+                )))
+            }
+        };
         Ok(NewCampaign {
             id: body.id,
             supply,
             per_user_limit,
             starts_at: body.starts_at,
             ends_at: body.ends_at,
+            hold_seconds,
         })
     }
 }
@@ -277,4 +295,16 @@ pub struct CampaignView {
     pub status: Status,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// Campaigns with holds only: `hold_seconds` and `pending`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub holds: Option<HoldsView>,
+}
+
+/// The hold fields of a campaign view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HoldsView {
+    /// The payment window of the campaign's orders.
+    pub hold_seconds: u32,
+    /// Units in `pending` orders (not in `remaining`).
+    pub pending: u64,
 }

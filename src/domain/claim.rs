@@ -1,5 +1,6 @@
 //! A claim request and its answer.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -121,6 +122,11 @@ pub struct ClaimAnswer {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[schema(nullable = false)]
     pub held: Option<u64>,
+    /// `won` in a campaign with holds: `pending`, to be confirmed by `pay_by`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub state: Option<super::OrderState>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pay_by: Option<DateTime<Utc>>,
 }
 
 impl ClaimAnswer {
@@ -133,6 +139,8 @@ impl ClaimAnswer {
             codes: None,
             remaining: None,
             held: None,
+            state: None,
+            pay_by: None,
         }
     }
 }

@@ -10,7 +10,14 @@ use super::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderState {
+    /// Won in a campaign without holds: final at once.
     Active,
+    /// Won in a campaign with holds, waiting for its confirm until `pay_by`.
+    Pending,
+    /// A pending order confirmed (paid) before `pay_by`.
+    Confirmed,
+    /// A pending order whose `pay_by` passed unconfirmed: its units went back.
+    Expired,
     Cancelled,
 }
 
@@ -18,6 +25,9 @@ impl OrderState {
     pub fn as_str(self) -> &'static str {
         match self {
             OrderState::Active => "active",
+            OrderState::Pending => "pending",
+            OrderState::Confirmed => "confirmed",
+            OrderState::Expired => "expired",
             OrderState::Cancelled => "cancelled",
         }
     }
@@ -25,9 +35,20 @@ impl OrderState {
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "active" => Some(OrderState::Active),
+            "pending" => Some(OrderState::Pending),
+            "confirmed" => Some(OrderState::Confirmed),
+            "expired" => Some(OrderState::Expired),
             "cancelled" => Some(OrderState::Cancelled),
             _ => None,
         }
+    }
+
+    /// Whether the order holds its units (and codes, and the user's allowance).
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            OrderState::Active | OrderState::Pending | OrderState::Confirmed
+        )
     }
 }
 
@@ -49,6 +70,12 @@ pub struct Order {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[schema(nullable = false)]
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// Orders of campaigns with holds: the deadline of the confirm.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pay_by: Option<DateTime<Utc>>,
+    /// When a pending order became `confirmed` or `expired`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved_at: Option<DateTime<Utc>>,
 }
 
 impl Order {

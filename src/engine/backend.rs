@@ -64,6 +64,22 @@ pub trait Backend: Send + Sync + 'static {
     /// the same cancelled order.
     async fn cancel(&self, order_id: &str) -> Result<Order, Error>;
 
+    /// Confirms a pending order before its `pay_by` (see docs/HOLDS.md). Confirming twice
+    /// returns the same confirmed order; expired, cancelled or overdue is
+    /// [`Error::Conflict`]; an order of a campaign without holds is [`Error::Invalid`].
+    async fn confirm(&self, order_id: &str) -> Result<Order, Error> {
+        let order = self.order(order_id).await?;
+        Err(Error::invalid(format!(
+            "order '{}' belongs to a campaign without holds; there is nothing to confirm",
+            order.order_id
+        )))
+    }
+
+    /// Whether campaigns may have `hold_seconds` in this deployment.
+    fn supports_holds(&self) -> bool {
+        false
+    }
+
     /// Ok when the engine and the ledger both answer.
     async fn health(&self) -> Result<(), Error>;
 

@@ -10,9 +10,10 @@ use std::collections::{HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{CampaignView, ClaimAnswer, Kind, Outcome, Status};
+use crate::domain::{CampaignView, ClaimAnswer, HoldsView, Kind, OrderState, Outcome, Status};
 
 pub use self::holdings::Holdings;
+pub use self::holds::{Held, Holds, NotConfirmable};
 
 /// The immutable part of a campaign.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +23,8 @@ pub struct CampaignDef {
     pub per_user_limit: u64,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// Seconds a won order waits for its confirm; `None`: orders are final at once.
+    pub hold_seconds: Option<u32>,
 }
 
 /// Units taken from a campaign by a winning claim, not yet confirmed durable.
@@ -33,6 +36,8 @@ pub struct Reservation {
     pub qty: u64,
     pub codes: Vec<String>,
     pub created_at: DateTime<Utc>,
+    /// Campaigns with holds: the order is pending until this deadline.
+    pub pay_by: Option<DateTime<Utc>>,
 }
 
 impl Reservation {
@@ -41,7 +46,17 @@ impl Reservation {
             order_id: Some(self.order_id.clone()),
             qty: Some(self.qty),
             codes: (kind == Kind::Codes).then(|| self.codes.clone()),
+            state: self.pay_by.map(|_| OrderState::Pending),
+            pay_by: self.pay_by,
             ..ClaimAnswer::bare(Outcome::Won)
+        }
+    }
+
+    /// The state the order is written in.
+    pub fn state(&self) -> OrderState {
+        match self.pay_by {
+            Some(_) => OrderState::Pending,
+            None => OrderState::Active,
         }
     }
 }
@@ -65,6 +80,8 @@ pub struct CampaignState {
     /// Every code the campaign ever had, to refuse a restock that repeats one.
     all_codes: HashSet<String>,
     next_seq: u64,
+    /// Pending orders and their deadlines (campaigns with holds only).
+    pub holds: Holds,
 }
 
 impl CampaignState {
@@ -80,6 +97,7 @@ impl CampaignState {
             pool: codes.into(),
             all_codes,
             next_seq: 1,
+            holds: Holds::default(),
         }
     }
 
@@ -170,14 +188,35 @@ impl CampaignState {
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Decision::Won(Reservation {
+        let pay_by = self
+            .def
+            .hold_seconds
+            .map(|h| now + chrono::TimeDelta::seconds(i64::from(h)));
+        let r = Reservation {
             order_id: format!("{}-{seq}", self.def.id),
             seq,
             user_id: user.to_owned(),
             qty,
             codes,
             created_at: now,
-        })
+            pay_by,
+        };
+        if let Some(pay_by) = pay_by {
+            self.holds.add(seq, holds::held(&r, pay_by));
+        }
+        Decision::Won(r)
+    }
+
+    /// Undoes a won reservation whose order was not written. A pending order that a
+    /// resolution already took is left to it: its write fails too and the engine re-reads.
+    pub fn undo(&mut self, r: &Reservation) {
+        if r.pay_by.is_some() {
+            let Some(held) = self.holds.take(r.seq) else {
+                return;
+            };
+            self.holds.settled(held.qty);
+        }
+        self.release(&r.user_id, r.qty, &r.codes);
     }
 
     /// Gives back the units, codes and allowance of an order (cancel, or a failed commit).
@@ -215,6 +254,10 @@ impl CampaignState {
             status: self.status,
             starts_at: self.def.starts_at,
             ends_at: self.def.ends_at,
+            holds: self.def.hold_seconds.map(|hold_seconds| HoldsView {
+                hold_seconds,
+                pending: self.holds.units(),
+            }),
         }
     }
 }
@@ -254,12 +297,31 @@ impl Rebuild {
         self.state.pool.push_back(code);
     }
 
-    /// One active order.
+    /// One live order (active or confirmed).
     pub fn order(&mut self, user: &str, qty: u64, codes: &[String]) {
         let s = &mut self.state;
         s.remaining = s.remaining.saturating_sub(qty);
         s.held.add(user, qty);
         self.taken.extend(codes.iter().cloned());
+    }
+
+    /// One pending order, waiting for its confirm until `pay_by`.
+    pub fn pending(
+        &mut self,
+        seq: u64,
+        user: &str,
+        qty: u64,
+        codes: &[String],
+        pay_by: DateTime<Utc>,
+    ) {
+        self.order(user, qty, codes);
+        let held = Held {
+            pay_by,
+            user_id: user.to_owned(),
+            qty,
+            codes: codes.to_vec(),
+        };
+        self.state.holds.add(seq, held);
     }
 
     pub fn finish(self) -> CampaignState {
@@ -272,66 +334,9 @@ impl Rebuild {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stock(total: u64, limit: u64) -> CampaignState {
-        let def = CampaignDef {
-            id: "air-12".into(),
-            kind: Kind::Stock,
-            per_user_limit: limit,
-            starts_at: None,
-            ends_at: None,
-        };
-        CampaignState::new(def, total, vec![], Status::Active)
-    }
-
-    fn outcome(d: &Decision) -> Outcome {
-        match d {
-            Decision::Rejected(a) => a.outcome,
-            Decision::Won(_) => Outcome::Won,
-        }
-    }
-
-    /// The transcript of seed 002: stock 5, limit 2.
-    #[test]
-    fn seed_002_transcript() {
-        let mut s = stock(5, 2);
-        let now = Utc::now();
-        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::Won);
-        assert_eq!(outcome(&s.decide("u101", 2, now)), Outcome::AlreadyClaimed);
-        assert_eq!(outcome(&s.decide("u102", 2, now)), Outcome::Won);
-        assert_eq!(outcome(&s.decide("u103", 3, now)), Outcome::OverLimit);
-        assert_eq!(outcome(&s.decide("u103", 2, now)), Outcome::SoldOut);
-        assert_eq!(s.remaining, 1);
-    }
-
-    #[test]
-    fn release_restores_everything() {
-        let def = CampaignDef {
-            id: "p".into(),
-            kind: Kind::Codes,
-            per_user_limit: 1,
-            starts_at: None,
-            ends_at: None,
-        };
-        let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
-        let Decision::Won(r) = s.decide("u1", 1, Utc::now()) else {
-            panic!("should win")
-        };
-        assert_eq!(r.codes, vec!["A".to_string()]);
-        s.release(&r.user_id, r.qty, &r.codes);
-        assert_eq!(s.remaining, 2);
-        assert_eq!(s.held_by("u1"), 0);
-        let Decision::Won(again) = s.decide("u1", 1, Utc::now()) else {
-            panic!("should win again")
-        };
-        assert_eq!(again.codes, vec!["A".to_string()]);
-        assert_ne!(again.order_id, r.order_id);
-    }
-}
-
 mod holdings;
+mod holds;
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod tests;

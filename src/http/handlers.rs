@@ -44,6 +44,13 @@ pub async fn create_campaign(
     Body(body): Body<NewCampaignBody>,
 ) -> Result<(StatusCode, Json<CampaignView>), ApiError> {
     let campaign = NewCampaign::try_from(body)?;
+    if campaign.hold_seconds.is_some() && !app.backend.supports_holds() {
+        return Err(Error::invalid(
+            "hold_seconds is not available in the scale-out deployment yet (see docs/HOLDS.md); \
+             create the campaign without it, or use the embedded deployment",
+        )
+        .into());
+    }
     let key = key.map(|k| AdminKey::create(k, &campaign));
     let view = app.backend.create_campaign(campaign, key).await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -255,6 +262,40 @@ pub async fn cancel(
     _key: IdemHeader,
 ) -> Answer<Order> {
     Ok(Json(app.backend.cancel(&id).await?))
+}
+
+/// Confirm is idempotent by order id (a retry returns the confirmed order), so an
+/// `Idempotency-Key` is validated but needs no record.
+#[utoipa::path(
+    post,
+    path = "/v1/orders/{id}/confirm",
+    operation_id = "confirm",
+    tag = "orders",
+    summary = "Confirm a pending order (the payment system's callback)",
+    description = "A `pending` order whose `pay_by` has not passed becomes `confirmed`. \
+        Confirming a `confirmed` order returns it again, so a payment callback may retry \
+        freely. An `expired` or `cancelled` order, or one whose `pay_by` has passed (even if \
+        its expiry is not processed yet), answers 409 and nothing changes; an order of a \
+        campaign without `hold_seconds` answers 400.",
+    security(("admin_token" = [])),
+    params(
+        ("id" = String, Path, description = "Order id: `<campaign id>-<n>`."),
+        ("Idempotency-Key" = Option<String>, Header, description = "Validated; confirm is idempotent by order id.", min_length = 1, max_length = 255),
+    ),
+    responses(
+        (status = 200, description = "The order, `confirmed`.", body = Order),
+        (status = 400, description = "The order's campaign has no holds.", body = ErrorBody),
+        (status = 404, description = "No such order.", body = ErrorBody),
+        (status = 409, description = "The order is expired or cancelled, or its `pay_by` has passed.", body = ErrorBody),
+    ),
+)]
+pub async fn confirm(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+    _key: IdemHeader,
+) -> Answer<Order> {
+    Ok(Json(app.backend.confirm(&id).await?))
 }
 
 pub async fn not_found() -> ApiError {

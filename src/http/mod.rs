@@ -157,6 +157,7 @@ pub fn routers(
         )
         .route("/v1/orders/{id}", get(get_order))
         .route("/v1/orders/{id}/cancel", post(cancel))
+        .route("/v1/orders/{id}/confirm", post(confirm))
         .route(
             "/v1/locks/{name}",
             post(locks::acquire).delete(locks::release),

@@ -57,6 +57,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         guarded::put_limits,
         handlers::get_order,
         handlers::cancel,
+        handlers::confirm,
         locks::acquire,
         locks::extend,
         locks::release,

@@ -13,6 +13,7 @@ mod postgres_ops;
 mod postgres_recovery;
 pub(crate) mod rows;
 mod sqlite;
+mod sqlite_holds;
 mod sqlite_locks;
 mod sqlite_recovery;
 mod sqlite_writer;
@@ -68,6 +69,16 @@ pub enum LedgerWrite {
         order_id: String,
         at: DateTime<Utc>,
     },
+    /// A pending order confirmed before its `pay_by`.
+    Confirm {
+        order_id: String,
+        at: DateTime<Utc>,
+    },
+    /// A pending order whose `pay_by` passed unconfirmed.
+    Expire {
+        order_id: String,
+        at: DateTime<Utc>,
+    },
     /// Remembers an admin Idempotency-Key, in the transaction of the change it guards.
     AdminKey {
         key: crate::domain::AdminKey,
@@ -91,16 +102,27 @@ pub struct StoredCampaign {
     pub max_seq: u64,
 }
 
+/// A pending order as recovery reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingRow<'a> {
+    pub seq: u64,
+    pub user_id: &'a str,
+    pub qty: u64,
+    pub codes: &'a [String],
+    pub pay_by: DateTime<Utc>,
+}
+
 /// Receives the ledger's contents at recovery one row at a time, so reading a ledger of ten
 /// million orders never holds more than one row besides what the receiver keeps.
 ///
 /// Order of the calls: every campaign; then, per campaign, its codes in hand-out order; then
-/// the active orders (campaigns interleaved); then the idempotency answers.
+/// the live orders (active or confirmed; campaigns interleaved); then the pending orders; then
+/// the idempotency answers.
 pub trait Recovery: Send {
     fn campaign(&mut self, c: StoredCampaign) -> anyhow::Result<()>;
     /// The next code of a campaign, in the order they were added.
     fn code(&mut self, campaign_id: &str, code: String) -> anyhow::Result<()>;
-    /// One active order: (user, qty, codes).
+    /// One live order (active or confirmed): (user, qty, codes).
     fn order(
         &mut self,
         campaign_id: &str,
@@ -110,6 +132,14 @@ pub trait Recovery: Send {
     ) -> anyhow::Result<()>;
     /// An idempotency answer younger than the retention.
     fn idem(&mut self, rec: IdemRecord) -> anyhow::Result<()>;
+    /// One pending order (campaigns with holds) with its seq and deadline; streamed after the
+    /// live orders of every campaign.
+    fn pending(&mut self, campaign_id: &str, p: PendingRow<'_>) -> anyhow::Result<()> {
+        anyhow::bail!(
+            "pending order {} of campaign {campaign_id:?}: this reader does not know holds",
+            p.seq
+        )
+    }
 }
 
 #[async_trait]

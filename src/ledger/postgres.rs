@@ -133,6 +133,9 @@ pub(super) async fn event(
 async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Result<()> {
     match write {
         LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
+        LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => {
+            anyhow::bail!("order holds are not available in the scale-out deployment yet")
+        }
         LedgerWrite::CreateCampaign {
             def,
             total,

@@ -85,6 +85,7 @@ impl PgLedger {
                 per_user_limit: r.get::<i64, _>(3) as u64,
                 starts_at: rows::opt_time(r.get(5))?,
                 ends_at: rows::opt_time(r.get(6))?,
+                hold_seconds: None,
             },
             total: r.get::<i64, _>(2) as u64,
             status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,

@@ -47,6 +47,11 @@ pub struct OrderRow {
     pub state: String,
     pub created_at: i64,
     pub cancelled_at: Option<i64>,
+    /// Absent from ledgers without holds (the scale-out ledger selects no such column).
+    #[sqlx(default)]
+    pub pay_by: Option<i64>,
+    #[sqlx(default)]
+    pub resolved_at: Option<i64>,
 }
 
 impl TryFrom<OrderRow> for Order {
@@ -59,6 +64,8 @@ impl TryFrom<OrderRow> for Order {
             codes: parse_codes(r.codes)?,
             created_at: time(r.created_at)?,
             cancelled_at: opt_time(r.cancelled_at)?,
+            pay_by: opt_time(r.pay_by)?,
+            resolved_at: opt_time(r.resolved_at)?,
             order_id: r.order_id,
             campaign_id: r.campaign_id,
             user_id: r.user_id,

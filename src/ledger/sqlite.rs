@@ -253,7 +253,7 @@ impl Ledger for SqliteLedger {
     }
 }
 
-const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at FROM orders";
+const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at FROM orders";
 
 impl SqliteLedger {
     /// Deletes the answers of claims that changed nothing (every outcome but `won`) older

@@ -30,11 +30,15 @@ const SEQS_PER_PACK: i64 = 8192;
 /// `user US qty US codes-JSON-or-nothing`, joined by RS.
 const PACKED_ACTIVE: &str = "SELECT count(*), group_concat(\
        user_id || char(31) || qty || char(31) || ifnull(codes, ''), char(30)) \
-     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state IN ('active', 'confirmed')";
 
 /// The same orders one row each, for a range whose pack did not verify.
 const ROWS_ACTIVE: &str = "SELECT user_id, qty, ifnull(codes, '') \
-     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state = 'active'";
+     FROM orders WHERE campaign_id = ?1 AND seq > ?2 AND seq <= ?3 AND state IN ('active', 'confirmed')";
+
+/// The pending orders (campaigns with holds), through the partial index `orders_pending`.
+const PENDING: &str = "SELECT campaign_id, seq, user_id, qty, ifnull(codes, ''), pay_by \
+     FROM orders WHERE state = 'pending'";
 
 pub(super) async fn recover(
     conn: &mut SqliteConnection,
@@ -42,7 +46,7 @@ pub(super) async fn recover(
     into: &mut dyn Recovery,
 ) -> anyhow::Result<()> {
     let campaigns = sqlx::query(
-        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns ORDER BY created_at",
+        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds FROM campaigns ORDER BY created_at",
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -63,6 +67,7 @@ pub(super) async fn recover(
                 per_user_limit: r.get::<i64, _>(3) as u64,
                 starts_at: rows::opt_time(r.get(5))?,
                 ends_at: rows::opt_time(r.get(6))?,
+                hold_seconds: r.get::<Option<i64>, _>(7).map(|h| h as u32),
                 id,
             },
             total: r.get::<i64, _>(2) as u64,
@@ -86,6 +91,23 @@ pub(super) async fn recover(
             from = to;
         }
     }
+    {
+        let mut pending = sqlx::query(PENDING).fetch(&mut *conn);
+        while let Some(r) = pending.try_next().await? {
+            let campaign: &str = r.get(0);
+            let codes = codes_of(r.get(4))?;
+            let pay_by: Option<i64> = r.get(5);
+            let pay_by = pay_by.ok_or_else(|| anyhow!("pending order without pay_by"))?;
+            let row = super::PendingRow {
+                seq: r.get::<i64, _>(1) as u64,
+                user_id: r.get(2),
+                qty: r.get::<i64, _>(3) as u64,
+                codes: &codes,
+                pay_by: rows::time(pay_by)?,
+            };
+            into.pending(campaign, row)?;
+        }
+    }
     let mut idem = sqlx::query(
         "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency WHERE created_at >= ?",
     )
@@ -103,7 +125,7 @@ pub(super) async fn recover(
     Ok(())
 }
 
-/// Hands the active orders of campaign `id` with seq in (`from`, `to`] to `into`.
+/// Hands the live orders (active or confirmed) of campaign `id` with seq in (`from`, `to`] to `into`.
 async fn active_range(
     conn: &mut SqliteConnection,
     id: &str,
@@ -202,6 +224,7 @@ mod tests {
             per_user_limit: 5,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         };
         let codes: Vec<String> = ["A", "B\x1eC", "D"].map(String::from).to_vec();
         let users = ["plain", "rs\x1einside", "us\x1finside", "plain"];
@@ -222,6 +245,8 @@ mod tests {
                 state: OrderState::Active,
                 created_at: Utc::now(),
                 cancelled_at: None,
+                pay_by: None,
+                resolved_at: None,
             }));
         }
         ledger

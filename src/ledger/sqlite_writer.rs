@@ -47,6 +47,9 @@ fn primary_code(e: &sqlx::Error) -> Option<i32> {
 
 /// Classifies the error of a statement run inside the transaction, before COMMIT.
 pub(super) fn statement_fault(e: &anyhow::Error) -> WriteFault {
+    if let Some(fault) = e.downcast_ref::<WriteFault>() {
+        return fault.clone();
+    }
     let unique = e
         .downcast_ref::<sqlx::Error>()
         .and_then(sqlx::Error::as_database_error)

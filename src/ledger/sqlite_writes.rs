@@ -32,7 +32,7 @@ fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
     for chunk in shaped(orders) {
         let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
+            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) ",
         );
         qb.push_values(chunk, |mut b, o| {
             b.push_bind(&o.order_id)
@@ -42,7 +42,8 @@ async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow
                 .push_bind(o.qty as i64)
                 .push_bind(rows::codes_json(&o.codes))
                 .push_bind(o.state.as_str())
-                .push_bind(micros(o.created_at));
+                .push_bind(micros(o.created_at))
+                .push_bind(o.pay_by.map(micros));
         });
         qb.build().execute(&mut *conn).await?;
     }
@@ -106,7 +107,10 @@ async fn event(
 
 async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::Result<()> {
     match write {
-        LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
+        LedgerWrite::Order(_)
+        | LedgerWrite::Idem(_)
+        | LedgerWrite::Confirm { .. }
+        | LedgerWrite::Expire { .. } => unreachable!("batched by the caller"),
         LedgerWrite::CreateCampaign {
             def,
             total,
@@ -115,8 +119,8 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             at,
         } => {
             sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&def.id)
             .bind(def.kind.as_str())
@@ -126,6 +130,7 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             .bind(def.starts_at.map(micros))
             .bind(def.ends_at.map(micros))
             .bind(micros(*at))
+            .bind(def.hold_seconds.map(i64::from))
             .execute(&mut *conn)
             .await?;
             insert_codes(conn, &def.id, 0, codes).await?;
@@ -163,7 +168,8 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
         }
         LedgerWrite::Cancel { order_id, at } => {
             let done = sqlx::query(
-                "UPDATE orders SET state = 'cancelled', cancelled_at = ? WHERE order_id = ? AND state = 'active' \
+                "UPDATE orders SET state = 'cancelled', cancelled_at = ? WHERE order_id = ? \
+                 AND state IN ('active', 'pending', 'confirmed') \
                  RETURNING campaign_id",
             )
             .bind(micros(*at))
@@ -204,15 +210,22 @@ pub(super) async fn write_batch(
 ) -> anyhow::Result<()> {
     let mut orders = Vec::new();
     let mut idem = Vec::new();
+    let mut resolutions = Vec::new();
     for w in writes {
         match w {
             LedgerWrite::Order(o) => orders.push(o),
             LedgerWrite::Idem(r) => idem.push(r),
+            LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => resolutions.push(*w),
             other => apply_one(conn, other).await?,
         }
     }
     insert_orders(conn, &orders).await?;
-    insert_idem(conn, &idem).await
+    insert_idem(conn, &idem).await?;
+    // After the inserts: a resolution may follow its order in the same batch.
+    for w in resolutions {
+        super::sqlite_holds::resolve(conn, w).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

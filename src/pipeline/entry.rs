@@ -51,6 +51,8 @@ impl Entry {
             created_at: chrono::DateTime::from_timestamp_micros(at)
                 .ok_or_else(|| anyhow!("at {at} is out of range"))?,
             cancelled_at: None,
+            pay_by: None,
+            resolved_at: None,
         })
     }
 

@@ -55,6 +55,10 @@ pub const PIPELINE_BATCH: &str = "seckill_pipeline_batch_size";
 pub const PIPELINE_INSERT_DURATION: &str = "seckill_pipeline_insert_duration_seconds";
 pub const REDIS_SETTINGS: &str = "seckill_redis_settings";
 pub const REDIS_REFUSING: &str = "seckill_redis_refusing_claims";
+pub const HOLDS_CONFIRMED: &str = "seckill_holds_confirmed_total";
+pub const HOLDS_EXPIRED: &str = "seckill_holds_expired_total";
+pub const HOLDS_LATENESS_SUM: &str = "seckill_holds_expiry_lateness_seconds_sum";
+pub const HOLDS_LATENESS_MAX: &str = "seckill_holds_expiry_lateness_seconds_max";
 
 /// Every family seckill itself records (process metrics come from `metrics-process`, see
 /// [`PROCESS`]).
@@ -86,6 +90,12 @@ pub const FAMILIES: &[Family] = &[
     f(REDIS_SETTINGS, Gauge, "maxmemory_policy, appendonly, appendfsync, source",
       "Redis settings the guarantees depend on (1 = current; scale-out)"),
     f(REDIS_REFUSING, Gauge, "", "1 while claims are refused for an evicting Redis (scale-out)"),
+    f(HOLDS_CONFIRMED, Counter, "", "Pending orders confirmed (holds; embedded)"),
+    f(HOLDS_EXPIRED, Counter, "", "Pending orders expired, their units returned (holds; embedded)"),
+    f(HOLDS_LATENESS_SUM, Gauge, "",
+      "Time from pay_by to the units being back, summed over expiries, seconds; only grows (holds; embedded)"),
+    f(HOLDS_LATENESS_MAX, Gauge, "",
+      "Longest time from pay_by to the units being back, seconds (holds; embedded)"),
 ];
 
 /// Process metrics (`metrics-process`): the ones the README and the alert rules rely on.

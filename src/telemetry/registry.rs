@@ -159,6 +159,12 @@ impl Registry {
             .register_gauge(&Key::from_parts(name, labels), &META)
     }
 
+    /// A counter set at scrape time from a count kept elsewhere (`absolute`).
+    pub fn counter(&self, name: &'static str, labels: Vec<Label>) -> Counter {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &META)
+    }
+
     /// A request-latency histogram of a route other than claims (the middleware's; the set of
     /// route templates and status classes is finite).
     pub fn route_latency(&self, route: String, class: &'static str) -> Histogram {

@@ -194,3 +194,28 @@ async fn the_baseline_handler_answers_claims() {
     assert_eq!(r.outcomes["won"], 500);
     assert!(r.verification.is_none() && r.clean());
 }
+
+/// The `holds` preset on a code campaign: winners pay with probability 0.5 after a random
+/// delay (some too late), the rest expire and their codes sell again; the verifier checks
+/// every order resolved as its answers said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_preset_resolves_every_order_once_and_resells_expired_units() {
+    let app = App::spawn(Deploy::Embedded).await;
+    let mut o = opts(&app, ScenarioName::Holds);
+    o.codes = Some(100);
+    o.hold_seconds = Some(1);
+    o.duration = Some(Duration::from_secs(4));
+    o.connections = Some(8);
+    o.rate = Some(150.0);
+    let r = clean_run(&o).await;
+    let v = r.verification.unwrap();
+    let h = v.holds.expect("the holds summary");
+    assert!(h.expired > 0 && h.confirmed > 0, "{h:?}");
+    assert!(
+        v.orders > 100,
+        "expired codes were sold again: {} orders",
+        v.orders
+    );
+    assert_eq!(v.remaining + v.active_units, v.total);
+    app.stop().await;
+}

@@ -152,9 +152,19 @@ impl App {
     /// Stops the server gracefully and starts it again on the same data (same directory, or
     /// same Redis and PostgreSQL), on a new port.
     pub async fn restart(&mut self) {
+        self.stop_keep().await;
+        self.start_again().await;
+    }
+
+    /// Stops the server gracefully, keeping its data for [`App::start_again`].
+    pub async fn stop_keep(&mut self) {
         if let Some(s) = self.server.take() {
             s.stop().await.expect("clean stop");
         }
+    }
+
+    /// Starts the server again on the data of the one [`App::stop_keep`] stopped.
+    pub async fn start_again(&mut self) {
         let server = seckill::cli::start(self.cfg.clone())
             .await
             .expect("server restarts");

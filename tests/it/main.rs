@@ -14,6 +14,7 @@ mod crash;
 mod fuzz_props;
 mod guards;
 mod helpers;
+mod holds;
 mod hostile;
 mod invariants;
 mod locks;

@@ -12,10 +12,8 @@
 use super::cell::Cell;
 use super::Embedded;
 use crate::domain::{
-    now, parse_order_id, AdminKey, CampaignLimits, CampaignView, Error, NewCampaign, Order,
-    OrderState, Restock, Status, Supply,
+    now, AdminKey, CampaignLimits, CampaignView, Error, NewCampaign, Restock, Status, Supply,
 };
-use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{CampaignDef, CampaignState};
@@ -84,14 +82,6 @@ impl Embedded {
         writes
     }
 
-    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
-        let order_id = order_id.to_owned();
-        detached(&self.me, move |me| async move {
-            me.cancel_order_now(&order_id).await
-        })
-        .await
-    }
-
     pub(super) async fn store_limits(
         &self,
         id: &str,
@@ -127,6 +117,7 @@ impl Embedded {
             per_user_limit: c.per_user_limit,
             starts_at: c.starts_at,
             ends_at: c.ends_at,
+            hold_seconds: c.hold_seconds,
         };
         let epoch = self.commit.epoch();
         let total = c.total();
@@ -273,39 +264,6 @@ impl Embedded {
                 Err(commit_failed(e))
             }
         }
-    }
-
-    async fn cancel_order_now(&self, order_id: &str) -> Result<Order, Error> {
-        let (campaign_id, _) = parse_order_id(order_id)?;
-        let cell = self
-            .cell(campaign_id)
-            .map_err(|_| Error::order_not_found(order_id))?;
-        let _admin = cell.admin.lock().await;
-        let mut order = self.order(order_id).await?;
-        if order.state == OrderState::Cancelled {
-            return Ok(order);
-        }
-        let at = now();
-        self.commit
-            .run(
-                cell.epoch,
-                vec![LedgerWrite::Cancel {
-                    order_id: order_id.to_owned(),
-                    at,
-                }],
-            )
-            .await
-            .map_err(commit_failed)?;
-        let codes = order.codes.clone().unwrap_or_default();
-        {
-            let mut inner = cell.inner.lock();
-            inner.state.release(&order.user_id, order.qty, &codes);
-            cell.publish(&inner);
-        }
-        order.state = OrderState::Cancelled;
-        order.cancelled_at = Some(at);
-        tracing::info!(order = order_id, qty = order.qty, "order cancelled");
-        Ok(order)
     }
 
     async fn store_limits_now(

@@ -7,9 +7,7 @@ use tokio::sync::watch;
 
 use super::cell::{Cell, Inner};
 use super::Embedded;
-use crate::domain::{
-    now, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind, Order, OrderState,
-};
+use crate::domain::{ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind, Order};
 use crate::engine::idempotency::{self, commit_failed, Slot};
 use crate::engine::state::{Decision, Reservation};
 use crate::ledger::{CommitError, CommitFault, IdemRecord, LedgerWrite};
@@ -22,7 +20,7 @@ impl Embedded {
         key: Option<IdempotencyKey>,
     ) -> Result<ClaimAnswer, Error> {
         let cell = self.cell(id)?;
-        let now = now();
+        let now = self.clock.now();
         let rx = 'decide: {
             let mut inner = cell.inner.lock();
             if cell.epoch != self.commit.epoch() {
@@ -65,9 +63,11 @@ impl Embedded {
                     user_id: r.user_id.clone(),
                     qty: r.qty,
                     codes: (kind == Kind::Codes).then(|| r.codes.clone()),
-                    state: OrderState::Active,
+                    state: r.state(),
                     created_at: r.created_at,
                     cancelled_at: None,
+                    pay_by: r.pay_by,
+                    resolved_at: None,
                 }));
             }
             let (tx, rx) = watch::channel(None);
@@ -145,7 +145,7 @@ fn settle(
         return;
     }
     if let Some(r) = reservation {
-        inner.state.release(&r.user_id, r.qty, &r.codes);
+        inner.state.undo(r);
         cell.publish(inner);
     }
     if let Some((user, key)) = idem {

@@ -12,12 +12,13 @@
 //! under the same lock, before the operation answers (see `guard::soldout`).
 //!
 //! The module is split by concept: `cell` (one campaign's locked state), `claim` (the claim
-//! path), `admin` (create, restock, status, cancel, limits) and `recover` (every cell rebuilt
-//! from the ledger at start).
+//! path), `admin` (create, restock, status, limits), `holds` (confirm, cancel and the expiry
+//! of pending orders) and `recover` (every cell rebuilt from the ledger at start).
 
 mod admin;
 mod cell;
 mod claim;
+mod holds;
 mod recover;
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use parking_lot::RwLock;
 
 use self::cell::Cell;
 use super::idempotency::IdemLimits;
+use crate::clock::Clock;
 use crate::domain::{
     parse_order_id, AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error,
     IdempotencyKey, NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
@@ -52,6 +54,8 @@ pub struct EmbeddedOptions {
     pub idempotency_ttl: Duration,
     /// Retention and caps of the answers of claims that changed nothing.
     pub idempotency_limits: IdemLimits,
+    /// The time claims and holds are decided by (tests move it; see `crate::clock`).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl EmbeddedOptions {
@@ -62,6 +66,7 @@ impl EmbeddedOptions {
             max_batch: 4096,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             idempotency_limits: IdemLimits::default(),
+            clock: crate::clock::system(),
         }
     }
 }
@@ -74,6 +79,8 @@ pub struct Embedded {
     create: tokio::sync::Mutex<()>,
     idempotency_ttl: chrono::Duration,
     idem_limits: IdemLimits,
+    clock: Arc<dyn Clock>,
+    hold_stats: holds::HoldStats,
     /// This engine, for admin operations that run on their own task (see `admin`).
     me: std::sync::Weak<Embedded>,
 }
@@ -97,8 +104,19 @@ impl Embedded {
             create: tokio::sync::Mutex::new(()),
             idempotency_ttl: ttl,
             idem_limits,
+            clock: opts.clock,
+            hold_stats: holds::HoldStats::default(),
             me: me.clone(),
         });
+        // Orders whose pay_by passed while the service was down expire before it serves.
+        let expired = me
+            .sweep()
+            .await
+            .map_err(|e| anyhow::anyhow!("expiring overdue pending orders at start: {e}"))?;
+        if expired > 0 {
+            tracing::info!(expired, "pending orders past their pay_by expired at start");
+        }
+        tokio::spawn(holds::sweep_loop(Arc::downgrade(&me)));
         let every = (idem_limits.rejected_ttl / 2)
             .to_std()
             .unwrap_or_default()
@@ -125,6 +143,9 @@ impl Embedded {
         let n = cells.len();
         *self.campaigns.write() = cells;
         self.commit.recovered();
+        if let Err(e) = self.sweep().await {
+            tracing::warn!(error = %e, "expiring overdue pending orders after the re-read failed; the sweeper retries");
+        }
         tracing::warn!(
             campaigns = n,
             took_ms = started.elapsed().as_millis() as u64,
@@ -265,6 +286,18 @@ impl Backend for Embedded {
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
         self.cancel_order(order_id).await
+    }
+
+    async fn confirm(&self, order_id: &str) -> Result<Order, Error> {
+        self.confirm_order(order_id).await
+    }
+
+    fn supports_holds(&self) -> bool {
+        true
+    }
+
+    fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
+        self.hold_stats.refresh(registry);
     }
 
     async fn health(&self) -> Result<(), Error> {

@@ -16,7 +16,7 @@ use super::cell::Cell;
 use crate::engine::idempotency::{IdemLimits, IdemSlots, Slot};
 use crate::engine::state::Rebuild;
 use crate::guard::soldout::StockBoard;
-use crate::ledger::{IdemRecord, Ledger, Recovery, StoredCampaign};
+use crate::ledger::{IdemRecord, Ledger, PendingRow, Recovery, StoredCampaign};
 
 /// Rebuilds every campaign of `ledger` as a cell registered on `board`, with the idempotency
 /// answers younger than `idempotency_ttl`.
@@ -47,7 +47,7 @@ pub(super) async fn load_cells(
         inner.idem = idem;
         cell.publish(&inner); // again, now that every holder is on the board
         let v = inner.state.view();
-        tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered");
+        tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, pending = v.holds.map(|h| h.pending), status = v.status.as_str(), "campaign recovered");
         drop(inner);
         cells.insert(v.id, cell);
     }
@@ -103,6 +103,12 @@ impl Recovery for Loader {
         codes: &[String],
     ) -> anyhow::Result<()> {
         self.slot(campaign_id)?.0.order(user_id, qty, codes);
+        Ok(())
+    }
+
+    fn pending(&mut self, campaign_id: &str, p: PendingRow<'_>) -> anyhow::Result<()> {
+        let rebuild = &mut self.slot(campaign_id)?.0;
+        rebuild.pending(p.seq, p.user_id, p.qty, p.codes, p.pay_by);
         Ok(())
     }
 

@@ -101,6 +101,7 @@ impl ScaleOut {
             per_user_limit: c.per_user_limit,
             starts_at: c.starts_at,
             ends_at: c.ends_at,
+            hold_seconds: None,
         };
         let total = c.total();
         let codes = match c.supply {

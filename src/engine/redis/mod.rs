@@ -212,17 +212,12 @@ impl ScaleOut {
         let Some(kind) = kind else { return Ok(None) };
         let bad = || Error::unavailable("the campaign in Redis is malformed", id);
         let num = |v: Option<String>| v.and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
-        let time = |v: Option<String>| -> Result<_, Error> {
-            match v.as_deref() {
-                None | Some("") => Ok(None),
-                Some(s) => s
-                    .parse::<i64>()
-                    .ok()
-                    .and_then(chrono::DateTime::from_timestamp_micros)
-                    .map(Some)
-                    .ok_or_else(bad),
-            }
+        let at = |s: String| {
+            s.parse()
+                .ok()
+                .and_then(chrono::DateTime::from_timestamp_micros)
         };
+        let time = |v: Option<String>| v.filter(|s| !s.is_empty()).map(|s| at(s).ok_or_else(bad));
         Ok(Some(CampaignView {
             id: id.to_owned(),
             kind: Kind::parse(&kind).ok_or_else(bad)?,
@@ -230,8 +225,9 @@ impl ScaleOut {
             remaining: num(remaining)?,
             per_user_limit: num(limit)?,
             status: status.as_deref().and_then(Status::parse).ok_or_else(bad)?,
-            starts_at: time(starts)?,
-            ends_at: time(ends)?,
+            starts_at: time(starts).transpose()?,
+            ends_at: time(ends).transpose()?,
+            holds: None,
         }))
     }
 

@@ -76,6 +76,8 @@ pub fn decode_answer(encoded: &str) -> Option<ClaimAnswer> {
         codes: (!codes.is_empty()).then_some(codes),
         remaining,
         held,
+        state: None,
+        pay_by: None,
     })
 }
 

@@ -32,6 +32,7 @@ fn campaign(kind: Kind, total: u64, limit: u64) -> CampaignState {
         per_user_limit: limit,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     };
     let codes = match kind {
         Kind::Stock => vec![],

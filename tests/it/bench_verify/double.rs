@@ -85,6 +85,7 @@ async fn create(State(d): App, Json(b): Json<Value>) -> (StatusCode, Json<Campai
         status: Status::Active,
         starts_at: None,
         ends_at: None,
+        holds: None,
     };
     let camp = Camp {
         view: view.clone(),
@@ -193,6 +194,8 @@ fn decide(fault: Fault, c: &mut Camp, user: &str, qty: u64) -> ClaimAnswer {
         state: OrderState::Active,
         created_at: chrono::Utc::now(),
         cancelled_at: None,
+        pay_by: None,
+        resolved_at: None,
     };
     if fault == Fault::WrongUser && c.wins.is_multiple_of(5) {
         order.user_id = format!("someone-else-{}", c.wins);

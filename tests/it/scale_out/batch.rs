@@ -26,6 +26,7 @@ fn state(id: &str) -> CampaignState {
         per_user_limit: 3,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     };
     let codes = (0..60).map(|i| format!("CODE-{i:03}")).collect();
     CampaignState::new(def, 60, codes, Status::Active)

@@ -115,6 +115,8 @@ async fn reissued_order_id_is_told_apart_from_a_redelivery() {
         state: OrderState::Active,
         created_at: seckill::domain::now(),
         cancelled_at: None,
+        pay_by: None,
+        resolved_at: None,
     };
     let first = order("alice");
     assert!(ledger

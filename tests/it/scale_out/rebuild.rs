@@ -24,6 +24,7 @@ async fn ledger_writes_redis_missed_are_applied() {
         per_user_limit: 1,
         starts_at: None,
         ends_at: None,
+        hold_seconds: None,
     };
     ledger
         .create_campaign(&def, 2, &["H1".into(), "H2".into()], Utc::now())

@@ -30,6 +30,8 @@ fn order(id: &str, kind: Kind, r: &Reservation) -> LedgerWrite {
         state: OrderState::Active,
         created_at: r.created_at,
         cancelled_at: None,
+        pay_by: None,
+        resolved_at: None,
     })
 }
 
@@ -55,6 +57,7 @@ async fn streaming_recovery_of_many_campaigns_equals_the_state_before() {
             per_user_limit: 1 + c as u64 % 3,
             starts_at: None,
             ends_at: None,
+            hold_seconds: None,
         };
         batch.push(LedgerWrite::CreateCampaign {
             def: def.clone(),

@@ -1,0 +1,238 @@
+//! The payments of the `holds` preset, and what the verifier checks of them.
+//!
+//! While the storm runs, [`Payer`] reads the campaign's new orders every 100 ms and, for each
+//! pending one, decides (seeded) whether its buyer pays: with `confirm_probability`, after a
+//! random delay of up to 1.5 × `hold_seconds` from the win, so some confirms arrive after
+//! `pay_by` and must be refused. After the storm the bench waits out the last deadline and
+//! [`check`] holds the ledger to the contract: every order ended `confirmed` or `expired`
+//! (once: an order has one state), every 200 is `confirmed` and resolved before `pay_by`,
+//! every unpaid order is `expired` at or after `pay_by`, and units that expired while the
+//! storm still had demand were sold again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::client::Client;
+use super::scenario::Hold;
+use super::verify::{Invariant, Violation};
+use crate::domain::{Order, OrderPage, OrderState};
+
+/// Confirm answers by order.
+#[derive(Debug, Default)]
+pub struct Payments {
+    pub confirmed: HashSet<String>,
+    pub refused: HashSet<String>,
+    /// Confirms that got neither 200 nor 409 (transport errors, 503).
+    pub failed: u64,
+}
+
+/// What the report shows of a run with holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct HoldsSummary {
+    pub confirm_answered_200: usize,
+    pub confirm_answered_409: usize,
+    pub confirm_failed: u64,
+    pub confirmed: usize,
+    pub expired: usize,
+}
+
+pub struct Payer {
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    payments: Arc<Mutex<Payments>>,
+    confirms: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Payer {
+    pub fn start(client: Client, campaign: String, hold: Hold, seed: u64) -> Payer {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let payments: Arc<Mutex<Payments>> = Arc::default();
+        let confirms: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let (p, c) = (payments.clone(), confirms.clone());
+        let task = tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x9a1d);
+            let mut cursor: Option<String> = None;
+            let max_delay = Duration::from_secs(u64::from(hold.seconds)).mul_f64(1.5);
+            loop {
+                let last = *stopped.borrow();
+                loop {
+                    let page = page(&client, &campaign, cursor.as_deref()).await?;
+                    for o in page
+                        .orders
+                        .iter()
+                        .filter(|o| o.state == OrderState::Pending)
+                    {
+                        if !rng.gen_bool(hold.confirm_probability) {
+                            continue;
+                        }
+                        let at = o.created_at + max_delay.mul_f64(rng.gen::<f64>());
+                        let wait = (at - crate::domain::now()).to_std().unwrap_or_default();
+                        let (client, p, id) = (client.clone(), p.clone(), o.order_id.clone());
+                        c.lock().push(tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            confirm(&client, &id, &p).await;
+                        }));
+                    }
+                    if let Some(o) = page.orders.last() {
+                        cursor = Some(o.seq().to_string());
+                    }
+                    if page.next_cursor.is_none() {
+                        break;
+                    }
+                }
+                if last {
+                    return Ok(());
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stopped.changed() => {}
+                }
+            }
+        });
+        Payer {
+            task,
+            stop,
+            payments,
+            confirms,
+        }
+    }
+
+    /// After the storm: one last read of new orders, then every scheduled confirm answered.
+    pub async fn finish(self) -> anyhow::Result<Payments> {
+        let _ = self.stop.send(true);
+        self.task.await??;
+        let confirms = std::mem::take(&mut *self.confirms.lock());
+        for c in confirms {
+            c.await?;
+        }
+        Ok(std::mem::take(&mut *self.payments.lock()))
+    }
+}
+
+async fn page(client: &Client, campaign: &str, after: Option<&str>) -> anyhow::Result<OrderPage> {
+    let mut path = format!("/v1/campaigns/{campaign}/orders?limit=1000");
+    if let Some(c) = after {
+        path.push_str(&format!("&cursor={c}"));
+    }
+    let (status, body) = client.admin(reqwest::Method::GET, &path, None).await?;
+    if !status.is_success() {
+        bail!("listing orders answered {status}: {body}");
+    }
+    Ok(serde_json::from_value(body)?)
+}
+
+async fn confirm(client: &Client, id: &str, p: &Mutex<Payments>) {
+    let path = format!("/v1/orders/{id}/confirm");
+    match client.admin(reqwest::Method::POST, &path, None).await {
+        Ok((s, _)) if s.as_u16() == 200 => {
+            p.lock().confirmed.insert(id.to_owned());
+        }
+        Ok((s, _)) if s.as_u16() == 409 => {
+            p.lock().refused.insert(id.to_owned());
+        }
+        _ => p.lock().failed += 1,
+    }
+}
+
+/// Waits until every deadline of `orders` passed and the campaign has nothing pending.
+pub async fn wait_resolved(client: &Client, campaign: &str, hold: Hold) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_secs(u64::from(hold.seconds))).await;
+    for _ in 0..600 {
+        let v = client.campaign(campaign).await?;
+        if v.holds.is_none_or(|h| h.pending == 0) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("orders of {campaign} were still pending 30 s after the last deadline")
+}
+
+/// The holds contract over the final orders (see the module docs). `storm_end` is when the
+/// last claim was sent: an expiry at least a second before it met remaining demand.
+pub fn check(
+    orders: &[Order],
+    pay: &Payments,
+    storm_end: chrono::DateTime<chrono::Utc>,
+    total: u64,
+    demand_left: bool,
+) -> (Vec<Violation>, HoldsSummary) {
+    let mut out = Vec::new();
+    let mut bad = |message: String, id: &str| {
+        out.push(Violation {
+            invariant: Invariant::HoldBroken,
+            message,
+            orders: vec![id.to_owned()],
+        })
+    };
+    let (mut confirmed, mut expired, mut early_expiry) = (0, 0, false);
+    for o in orders {
+        let id = o.order_id.as_str();
+        let (Some(pay_by), resolved) = (o.pay_by, o.resolved_at) else {
+            bad(format!("order {id} has no pay_by"), id);
+            continue;
+        };
+        match o.state {
+            OrderState::Confirmed => {
+                confirmed += 1;
+                if !pay.confirmed.contains(id) {
+                    bad(
+                        format!("order {id} is confirmed though no confirm got 200"),
+                        id,
+                    );
+                }
+                if resolved.is_none_or(|r| r >= pay_by) {
+                    bad(
+                        format!("order {id} was confirmed at or after its pay_by"),
+                        id,
+                    );
+                }
+            }
+            OrderState::Expired => {
+                expired += 1;
+                if pay.confirmed.contains(id) {
+                    bad(
+                        format!("order {id} answered confirmed (200) but expired"),
+                        id,
+                    );
+                }
+                if resolved.is_none_or(|r| r < pay_by) {
+                    bad(format!("order {id} expired before its pay_by"), id);
+                }
+                early_expiry |= pay_by + chrono::TimeDelta::seconds(1) < storm_end;
+            }
+            OrderState::Cancelled => {}
+            other => bad(
+                format!("order {id} is {} after its deadline", other.as_str()),
+                id,
+            ),
+        }
+        if pay.refused.contains(id) && o.state == OrderState::Confirmed {
+            bad(format!("order {id} answered 409 but is confirmed"), id);
+        }
+    }
+    if early_expiry && demand_left && orders.len() as u64 <= total {
+        out.push(Violation {
+            invariant: Invariant::HoldBroken,
+            message: format!(
+                "units expired while the storm still had buyers, yet only {} orders exist for \
+                 {total} units: the returned units were not sold again",
+                orders.len()
+            ),
+            orders: vec![],
+        });
+    }
+    let summary = HoldsSummary {
+        confirm_answered_200: pay.confirmed.len(),
+        confirm_answered_409: pay.refused.len(),
+        confirm_failed: pay.failed,
+        confirmed,
+        expired,
+    };
+    (out, summary)
+}

@@ -1,0 +1,44 @@
+//! The SQL of order holds in the SQLite ledger: a pending order's one resolution.
+//!
+//! The engine decides every resolution under its campaign lock and writes it once, so the
+//! UPDATE must find the order still `pending`; finding it otherwise means the ledger and the
+//! engine disagree, which is a [`WriteFault::Diverged`]: the batch rolls back and the engine
+//! re-reads its state before acknowledging anything (see `group_commit`).
+
+use sqlx::{Row, SqliteConnection};
+
+use super::rows::micros;
+use super::sqlite_writer::WriteFault;
+use super::LedgerWrite;
+
+pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> anyhow::Result<()> {
+    let (order_id, at, state) = match w {
+        LedgerWrite::Confirm { order_id, at } => (order_id, at, "confirmed"),
+        LedgerWrite::Expire { order_id, at } => (order_id, at, "expired"),
+        other => anyhow::bail!("not a resolution: {other:?}"),
+    };
+    let row = sqlx::query(
+        "UPDATE orders SET state = ?, resolved_at = ? WHERE order_id = ? AND state = 'pending' \
+         RETURNING campaign_id",
+    )
+    .bind(state)
+    .bind(micros(*at))
+    .bind(order_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Err(WriteFault::Diverged(format!(
+            "order {order_id} is not pending in the ledger; it cannot become {state}"
+        ))
+        .into());
+    };
+    let campaign_id: String = row.get(0);
+    sqlx::query("INSERT INTO events (campaign_id, kind, detail, at) VALUES (?, ?, ?, ?)")
+        .bind(campaign_id)
+        .bind(state)
+        .bind(order_id)
+        .bind(micros(*at))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

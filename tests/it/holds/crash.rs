@@ -1,0 +1,185 @@
+//! kill -9 of the real `seckill serve` while pending orders are being won, confirmed and
+//! expired; after the restart every answer still holds, no order resolved twice, and orders
+//! whose deadline passed while the server was down are expired before the first claim.
+//! Real processes run on the real clock, so these use `hold_seconds` of 1–2 s.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use reqwest::Method;
+use serde_json::json;
+
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::domain::{OrderState, Outcome};
+
+use super::race::resolutions;
+use crate::process::Proc;
+
+const CODES: usize = 4000;
+
+#[derive(Default)]
+struct Seen {
+    won: Vec<String>,
+    confirmed: HashSet<String>,
+    refused: HashSet<String>,
+}
+
+async fn until_nothing_pending(client: &Client, id: &str) -> seckill::domain::CampaignView {
+    for _ in 0..500 {
+        let v = client.campaign(id).await.unwrap();
+        if v.holds.unwrap().pending == 0 {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("pending orders of {id} were not expired within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_while_confirming_and_expiring_loses_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Proc::start(dir.path());
+    let client = first.client();
+    let codes: Vec<String> = (0..CODES).map(|i| format!("Z-{i:05}")).collect();
+    client
+        .create_campaign(
+            &json!({"id": "k", "codes": codes, "per_user_limit": 1, "hold_seconds": 1}),
+        )
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let n = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..32u64 {
+        let (client, seen, stop, n) = (client.clone(), seen.clone(), stop.clone(), n.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let user = format!("u{}", n.fetch_add(1, Ordering::Relaxed));
+                let Ok(ClaimReply::Processed(a)) = client.claim("k", &user, 1, None).await else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                };
+                if a.outcome != Outcome::Won {
+                    continue;
+                }
+                let id = a.order_id.unwrap();
+                seen.lock().won.push(id.clone());
+                // Half the winners pay at once, some of them twice; the rest let it expire.
+                if w % 2 == 0 {
+                    let path = format!("/v1/orders/{id}/confirm");
+                    for _ in 0..1 + w % 4 / 2 {
+                        match client.admin(Method::POST, &path, None).await {
+                            Ok((s, _)) if s.as_u16() == 200 => {
+                                seen.lock().confirmed.insert(id.clone());
+                            }
+                            Ok((s, _)) if s.as_u16() == 409 => {
+                                seen.lock().refused.insert(id.clone());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    // Long enough for the first deadlines to pass: expiries and confirms are under way.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    first.signal(libc::SIGKILL);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(first);
+
+    let second = Proc::start(dir.path());
+    let client = second.client();
+    let view = until_nothing_pending(&client, "k").await;
+    let seen = std::mem::take(&mut *seen.lock());
+    assert!(!seen.won.is_empty() && !seen.confirmed.is_empty());
+    let orders: HashMap<String, _> = client
+        .all_orders("k")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.order_id.clone(), o))
+        .collect();
+    for id in &seen.won {
+        assert!(orders.contains_key(id), "won {id} is not in the ledger");
+    }
+    for id in &seen.confirmed {
+        assert_eq!(
+            orders[id].state,
+            OrderState::Confirmed,
+            "{id} answered confirmed"
+        );
+    }
+    for id in &seen.refused {
+        assert_eq!(orders[id].state, OrderState::Expired, "{id} answered 409");
+    }
+    let mut live_codes = HashSet::new();
+    let mut confirmed = 0;
+    for o in orders.values() {
+        assert!(
+            matches!(o.state, OrderState::Confirmed | OrderState::Expired),
+            "{} is {:?}",
+            o.order_id,
+            o.state
+        );
+        if o.state == OrderState::Confirmed {
+            confirmed += 1;
+            for c in o.codes.clone().unwrap() {
+                assert!(live_codes.insert(c.clone()), "code {c} in two live orders");
+            }
+        }
+    }
+    assert_eq!(view.remaining as usize, CODES - confirmed, "stock exact");
+    for (order, n) in resolutions(dir.path(), "k").await {
+        assert_eq!(n, 1, "{order} resolved {n} times");
+    }
+    eprintln!(
+        "kill -9: {} won, {} confirmed ({} answered), {} refused",
+        seen.won.len(),
+        confirmed,
+        seen.confirmed.len(),
+        seen.refused.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadlines_passed_during_downtime_expire_before_the_first_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Proc::start(dir.path());
+    let client = first.client();
+    client
+        .create_campaign(&json!({"id": "d", "stock": 10, "hold_seconds": 1}))
+        .await
+        .unwrap();
+    for i in 0..10 {
+        let a = match client.claim("d", &format!("u{i}"), 1, None).await.unwrap() {
+            ClaimReply::Processed(a) => a,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(a.outcome, Outcome::Won);
+    }
+    first.signal(libc::SIGKILL);
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let second = Proc::start(dir.path());
+    let client = second.client();
+    // The very first request: a claim, and it wins a returned unit.
+    let a = match client.claim("d", "late", 1, None).await.unwrap() {
+        ClaimReply::Processed(a) => a,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(a.outcome, Outcome::Won, "{a:?}");
+    assert!(second
+        .log
+        .lock()
+        .iter()
+        .any(|l| l.contains("expired at start")));
+}
