@@ -57,8 +57,8 @@ pub const REDIS_SETTINGS: &str = "seckill_redis_settings";
 pub const REDIS_REFUSING: &str = "seckill_redis_refusing_claims";
 pub const HOLDS_CONFIRMED: &str = "seckill_holds_confirmed_total";
 pub const HOLDS_EXPIRED: &str = "seckill_holds_expired_total";
-pub const HOLDS_LATENESS_SUM: &str = "seckill_holds_expiry_lateness_seconds_sum";
-pub const HOLDS_LATENESS_MAX: &str = "seckill_holds_expiry_lateness_seconds_max";
+pub const HOLDS_LATENESS_SUM: &str = "seckill_holds_expiry_lateness_sum_seconds";
+pub const HOLDS_LATENESS_MAX: &str = "seckill_holds_expiry_lateness_max_seconds";
 
 /// Every family seckill itself records (process metrics come from `metrics-process`, see
 /// [`PROCESS`]).
