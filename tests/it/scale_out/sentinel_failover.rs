@@ -7,7 +7,8 @@
 //! away when it is demoted. Found by `seckill chaos --deployment sentinel --seed 1` (schedule
 //! 1: 19 units oversold). With `--redis-wait-replicas` (1 by default behind Sentinel) nothing
 //! is answered `won` or moved into the ledger before a replica has it, and the old primary has
-//! none once the replica is promoted: no oversell, and every `won` is in the ledger.
+//! none once the replica is promoted: no oversell, and every `won` is in the ledger. Admin
+//! changes made on the old primary in that window (a restock here) are not lost either.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -134,6 +135,24 @@ async fn graceful_failover_neither_oversells_nor_loses_wins() {
         stop.clone(),
     ));
     eprintln!("old primary still a primary when B reconnected: {still_primary}");
+    // A restock through A, which still talks to the old primary: the ledger commits it, the
+    // old primary applies it and loses it when demoted. It must not be lost for good: without
+    // a replica's acknowledgement it answers 503 (saved, not applied) and the catch-up applies
+    // it to the new primary. (Found by `seckill chaos --deployment sentinel --seed 20261125`:
+    // the gate's `remaining` 20 units short after failovers with admin changes in them.)
+    let (status, body) = client_a
+        .admin(
+            reqwest::Method::POST,
+            &format!("/v1/campaigns/{CAMPAIGN}/restock"),
+            Some(&json!({"units": 500})),
+        )
+        .await
+        .unwrap();
+    eprintln!("restock during the failover window: {status} {body}");
+    assert!(
+        status.is_success() || status == reqwest::StatusCode::SERVICE_UNAVAILABLE,
+        "{status} {body}"
+    );
     wait_for("the old primary's demotion", || {
         redis_raw(old, "ROLE").is_some_and(|r| r.contains("slave"))
     });
@@ -146,6 +165,19 @@ async fn graceful_failover_neither_oversells_nor_loses_wins() {
     settle_url(&client_a).await;
     settle_url(&Client::new(&b2.url(), TOKEN)).await;
 
+    // The restock reaches the new primary's gate (at once, or through the catch-up).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let total = client_a.campaign(CAMPAIGN).await.map(|v| v.total).ok();
+        if total == Some(20_500) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restock made during the failover is lost from the gate: total {total:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let won = won_of(&answers);
     eprintln!(
         "graceful failover: {} claims answered, {} won",
