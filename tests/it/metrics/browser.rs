@@ -1,6 +1,7 @@
 //! The dashboard in a real browser: headless chromium (through chromedriver) opens
 //! `/dashboard` while `seckill bench` storms a campaign, sees its numbers move, and once the
-//! storm is over shows what the API says; the screenshot is docs/dashboard.png.
+//! storm is over shows what the API says; the screenshot is target/dashboard.png
+//! (docs/dashboard.png with `SECKILL_UPDATE_SCREENSHOT=1`).
 
 use std::time::Duration;
 
@@ -112,8 +113,16 @@ async fn dashboard_moves_during_a_storm_and_matches_the_api() {
         None => browser.screenshot().await,
     };
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard.png");
+    // Saved under target/ on every run; `SECKILL_UPDATE_SCREENSHOT=1` refreshes the README's
+    // copy in docs/ (so a test run leaves the source tree as it was).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = if std::env::var_os("SECKILL_UPDATE_SCREENSHOT").is_some() {
+        root.join("docs/dashboard.png")
+    } else {
+        root.join("target/dashboard.png")
+    };
     std::fs::write(&path, png).expect("screenshot saved");
+    eprintln!("dashboard screenshot: {}", path.display());
     browser.close().await;
     app.stop().await;
 }
