@@ -72,8 +72,6 @@ impl GuardMetrics {
             }
             r.campaign_gauge(catalog::CAMPAIGN_REMAINING, &id)
                 .set(e.remaining() as f64);
-            // Holds: once the board knows units held but not confirmed, set
-            // `catalog::CAMPAIGN_PENDING` here the same way (see `catalog::RESERVED`).
         }
         r.set_overflow(overflow);
     }

@@ -77,6 +77,8 @@ pub const FAMILIES: &[Family] = &[
     f(CAMPAIGN_FAST_SOLD_OUT, Counter, "campaign", "Claims answered sold_out from memory"),
     f(CAMPAIGN_ADMISSION_REFUSED, Counter, "campaign", "Claims refused by the admission gate"),
     f(CAMPAIGN_REMAINING, Gauge, "campaign", "Remaining stock as this instance's stock board sees it"),
+    f(CAMPAIGN_PENDING, Gauge, "campaign",
+      "Units in pending orders (holds; campaigns with hold_seconds only; embedded)"),
     f(CAMPAIGN_LABELS_OVERFLOW, Gauge, "",
       "Campaigns counted under campaign=\"other\" because the per-campaign label cap was reached"),
     f(COMMIT_BATCH, Histogram, "", "Ledger writes per group commit (embedded)"),
@@ -122,10 +124,6 @@ pub const PROCESS: &[Family] = &[
         "Start time, Unix seconds",
     ),
 ];
-
-/// Hook for holds (not built yet): [`CAMPAIGN_PENDING`] is reserved for units held but not
-/// confirmed; `Registry::refresh` sets it once a backend reports pending units.
-pub const RESERVED: &[&str] = &[CAMPAIGN_PENDING];
 
 /// Latency buckets (seconds): 50 µs to 10 s.
 pub const LATENCY_BUCKETS: &[f64] = &[

@@ -298,6 +298,17 @@ impl Backend for Embedded {
 
     fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
         self.hold_stats.refresh(registry);
+        // Units in pending orders, per campaign with holds (campaigns are the admin's, so the
+        // label set is bounded by what the admin created).
+        let cells: Vec<_> = self.campaigns.read().values().cloned().collect();
+        for cell in cells {
+            let view = cell.view();
+            if let Some(h) = view.holds {
+                registry
+                    .campaign_gauge(crate::telemetry::catalog::CAMPAIGN_PENDING, &view.id)
+                    .set(h.pending as f64);
+            }
+        }
     }
 
     async fn health(&self) -> Result<(), Error> {

@@ -139,6 +139,12 @@ async fn pending_orders_confirm_once_expire_at_the_deadline_and_cancel_as_docume
         .unwrap();
     assert!(text.contains("seckill_holds_confirmed_total 1"), "{text}");
     assert!(text.contains("seckill_holds_expired_total 1"), "{text}");
+    // u2's second win is the one pending unit.
+    assert_eq!(
+        seckill::guard::metrics::sample(&text, r#"seckill_campaign_pending{campaign="h"}"#),
+        Some(1),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
