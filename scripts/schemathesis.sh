@@ -4,6 +4,7 @@
 #
 #   scripts/schemathesis.sh                              # CI: 25 examples per operation
 #   SCHEMATHESIS_EXAMPLES=200 scripts/schemathesis.sh    # the longer run (README, Tests)
+#   SCHEMATHESIS_SEED="$RANDOM" scripts/schemathesis.sh  # explore other inputs (CI keeps seed 3)
 #
 # Installs schemathesis (PyPI) into a venv under target/ on first use, builds and starts
 # `seckill serve` on a free port with a fresh data directory, seeds a stock and a code
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 examples="${SCHEMATHESIS_EXAMPLES:-25}"
-seed="${SCHEMATHESIS_SEED:-$RANDOM}"
+seed="${SCHEMATHESIS_SEED:-3}"
 venv=target/schemathesis-venv
 out=target/schemathesis
 if [ ! -x "$venv/bin/schemathesis" ]; then

@@ -2,7 +2,9 @@
 //! into the generated document: a body that takes exactly one of two fields, the pattern of
 //! every campaign id and lock name in a path and of every `Idempotency-Key`, and the rules of
 //! each code in a list. With them the document is as strict as the server (schemathesis sends
-//! schema-valid requests and checks they are not refused, `scripts/schemathesis.sh`).
+//! schema-valid requests and checks they are not refused, `scripts/schemathesis.sh`). One
+//! answer shape is corrected too: a `#[serde(flatten)]` optional group of fields (the campaign
+//! view's holds) comes out of the derive as "this object *or null*", which no answer is.
 
 use serde_json::{json, Value};
 
@@ -16,6 +18,7 @@ const IDEMPOTENCY_KEY_PATTERN: &str = "^[\\x21-\\x7E]([\\x20-\\x7E]{0,253}[\\x21
 /// Applies the rules to the serialised document.
 pub fn apply(doc: &mut Value) {
     let schemas = &mut doc["components"]["schemas"];
+    fold_optional_flatten(schemas, "CampaignView", "HoldsView");
     exactly_one_of(&mut schemas["NewCampaignBody"], "stock", "integer", "codes");
     exactly_one_of(&mut schemas["RestockBody"], "units", "integer", "codes");
     for body in ["NewCampaignBody", "RestockBody"] {
@@ -61,6 +64,34 @@ fn exactly_one_of(schema: &mut Value, a: &str, a_type: &str, b: &str) {
     ]);
 }
 
+/// `schema` derived as `allOf: [{oneOf: [{$ref: inner}, {type: null}]}, {object}]` (a flattened
+/// `Option<inner>`) becomes the object with `inner`'s properties added as optional ones: the
+/// answer carries all of them or none, never a null.
+fn fold_optional_flatten(schemas: &mut Value, schema: &str, inner: &str) {
+    let Some(parts) = schemas[schema]["allOf"].as_array().cloned() else {
+        return;
+    };
+    let inner_ref = format!("#/components/schemas/{inner}");
+    let is_inner = |v: &Value| {
+        v["oneOf"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|x| x["$ref"] == inner_ref.as_str()))
+    };
+    let Some(mut object) = parts.iter().find(|p| !is_inner(p)).cloned() else {
+        return;
+    };
+    let added = schemas[inner]["properties"].clone();
+    if let (Some(props), Some(added)) = (object["properties"].as_object_mut(), added.as_object()) {
+        for (k, v) in added {
+            props.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(d) = schemas[schema].get("description").cloned() {
+        object["description"] = d;
+    }
+    schemas[schema] = object;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +115,16 @@ mod tests {
         let body = &doc["components"]["schemas"]["NewCampaignBody"];
         assert_eq!(body["oneOf"].as_array().unwrap().len(), 2);
         assert_eq!(body["properties"]["codes"]["uniqueItems"], true);
+        // The campaign view: one object, the holds' fields optional, no null alternative.
+        let view = &doc["components"]["schemas"]["CampaignView"];
+        assert!(view.get("allOf").is_none(), "{view}");
+        assert_eq!(view["type"], "object");
+        for f in ["hold_seconds", "pending", "remaining"] {
+            assert!(view["properties"][f].is_object(), "{f}: {view}");
+        }
+        let required = view["required"].as_array().unwrap();
+        assert!(!required
+            .iter()
+            .any(|r| r == "pending" || r == "hold_seconds"));
     }
 }
