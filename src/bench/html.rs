@@ -236,8 +236,7 @@ fn verification(r: &BenchReport) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "<section class=\"verdict {}\"><h2>{}</h2><p>Ledger {} after {:.2} s ({} reads): {} \
-         orders, {} active units, total {}, remaining {}{}.</p>",
+        "<section class=\"verdict {}\"><h2>{}</h2><p>{}.</p>",
         if v.violations.is_empty() {
             "ok"
         } else {
@@ -248,22 +247,7 @@ fn verification(r: &BenchReport) -> String {
         } else {
             format!("FAILED: {} violation(s)", v.violations.len())
         },
-        if v.drained {
-            "drained"
-        } else {
-            "NOT drained (timeout)"
-        },
-        v.drain_seconds,
-        v.ledger_reads,
-        v.orders,
-        v.active_units,
-        v.total,
-        v.remaining,
-        if v.under_sell_checked {
-            ", sold out (no-under-sell checked)"
-        } else {
-            ""
-        }
+        esc(&v.ledger_summary()),
     );
     if !v.violations.is_empty() {
         s += "<ul>";

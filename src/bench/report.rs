@@ -130,6 +130,33 @@ pub struct BenchReport {
     pub wins: Vec<super::Win>,
 }
 
+impl Verification {
+    /// "ledger drained after 1.20s (3 reads): 10 orders, …": what the verifier read, as the text
+    /// and HTML reports both say it.
+    pub fn ledger_summary(&self) -> String {
+        format!(
+            "ledger {} after {:.2}s ({} reads): {} orders, {} active units, total {}, \
+             remaining {}{}",
+            if self.drained {
+                "drained"
+            } else {
+                "NOT drained (timeout)"
+            },
+            self.drain_seconds,
+            self.ledger_reads,
+            self.orders,
+            self.active_units,
+            self.total,
+            self.remaining,
+            if self.under_sell_checked {
+                ", sold out (no-under-sell checked)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 impl BenchReport {
     /// True when verification ran and found nothing.
     pub fn clean(&self) -> bool {
@@ -233,27 +260,7 @@ impl BenchReport {
         let Some(v) = &self.verification else {
             return writeln!(out, "\nVerification: skipped (--no-verify)");
         };
-        writeln!(
-            out,
-            "\nVerification: ledger {} after {:.2}s ({} reads): {} orders, {} active units, \
-             total {}, remaining {}{}",
-            if v.drained {
-                "drained"
-            } else {
-                "NOT drained (timeout)"
-            },
-            v.drain_seconds,
-            v.ledger_reads,
-            v.orders,
-            v.active_units,
-            v.total,
-            v.remaining,
-            if v.under_sell_checked {
-                ", sold out (no-under-sell checked)"
-            } else {
-                ""
-            }
-        )?;
+        writeln!(out, "\nVerification: {}", v.ledger_summary())?;
         if let Some(h) = &v.holds {
             writeln!(
                 out,
