@@ -8,27 +8,17 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Seed 52's first two schedules per deployment: between them, kill -9 of the embedded
-/// server, a full disk, kill -9 of redis-server and PostgreSQL, and network faults between
-/// instance 0 and Redis (connections reset, each direction's bytes dropped) — checked below,
-/// so a change of the generator cannot quietly drop them.
-#[test]
-fn short_campaign_finds_no_violation() {
+/// Runs `seckill chaos ARGS --json`, requires it to succeed, and returns its JSON totals and
+/// its standard output (for failure messages).
+fn chaos(args: &[&str]) -> (Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
-        .args([
-            "chaos",
-            "--seed",
-            "52",
-            "--schedules",
-            "2",
-            "--storm",
-            "10s",
-        ])
-        .args(["--faults", "4", "--json"])
+        .arg("chaos")
+        .args(args)
+        .arg("--json")
         .env("RUST_LOG", "warn")
         .output()
         .expect("seckill chaos runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -37,6 +27,25 @@ fn short_campaign_finds_no_violation() {
     );
     let json = &stdout[stdout.rfind("\n{\n").expect("the JSON totals") + 1..];
     let t: Value = serde_json::from_str(json).expect("totals are JSON");
+    (t, stdout)
+}
+
+/// Seed 52's first two schedules per deployment: between them, kill -9 of the embedded
+/// server, a full disk, kill -9 of redis-server and PostgreSQL, and network faults between
+/// instance 0 and Redis (connections reset, each direction's bytes dropped) — checked below,
+/// so a change of the generator cannot quietly drop them.
+#[test]
+fn short_campaign_finds_no_violation() {
+    let (t, stdout) = chaos(&[
+        "--seed",
+        "52",
+        "--schedules",
+        "2",
+        "--storm",
+        "10s",
+        "--faults",
+        "4",
+    ]);
     assert_eq!(t["violations"], 0, "{stdout}");
     assert_eq!(t["schedules"], 4, "{stdout}");
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
@@ -70,28 +79,20 @@ fn short_campaign_finds_no_violation() {
 /// win may be lost to either and no invariant may break.
 #[test]
 fn sentinel_failovers_lose_no_win() {
-    let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
-        .args([
-            "chaos",
-            "--deployment",
-            "sentinel",
-            "--only",
-            "redis-primary",
-        ])
-        .args(["--seed", "4", "--schedules", "1", "--storm", "20s"])
-        .args(["--faults", "2", "--json"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("seckill chaos runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the campaign failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let json = &stdout[stdout.rfind("\n{\n").expect("the JSON totals") + 1..];
-    let t: Value = serde_json::from_str(json).expect("totals are JSON");
+    let (t, stdout) = chaos(&[
+        "--deployment",
+        "sentinel",
+        "--only",
+        "redis-primary",
+        "--seed",
+        "4",
+        "--schedules",
+        "1",
+        "--storm",
+        "20s",
+        "--faults",
+        "2",
+    ]);
     assert_eq!(t["violations"], 0, "{stdout}");
     assert_eq!(t["lost_to_failover"], 0, "{stdout}");
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
