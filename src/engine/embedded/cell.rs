@@ -18,6 +18,8 @@ pub(super) struct Inner {
 pub(super) struct Cell {
     pub(super) inner: Mutex<Inner>,
     pub(super) admin: tokio::sync::Mutex<()>,
+    /// Confirms waiting for the next batch (`confirm.rs`), decided under `admin`.
+    pub(super) confirms: Mutex<Vec<super::confirm::Queued>>,
     /// This campaign on the guard's stock board; written under `inner`'s lock.
     pub(super) signal: Arc<StockEntry>,
     /// The group commit's epoch this state was built in; every write decided on it is
@@ -48,6 +50,7 @@ impl Cell {
                 idem: IdemSlots::new(idem),
             }),
             admin: tokio::sync::Mutex::new(()),
+            confirms: Mutex::new(Vec::new()),
             signal,
             epoch,
         })

@@ -1,5 +1,5 @@
-//! Order holds in the embedded engine: confirm, cancel and expiry of orders, each resolving
-//! a pending order exactly once.
+//! Order holds in the embedded engine: cancel and expiry of orders (confirm is in
+//! `confirm.rs`), each resolving a pending order exactly once.
 //!
 //! The arbiter is the campaign lock: a pending order is in its campaign's
 //! [`Holds`](crate::engine::state::Holds) until one resolution takes it out, and whichever
@@ -24,7 +24,6 @@ use crate::domain::{parse_order_id, Error, Order, OrderState};
 use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::engine::idempotency::commit_failed;
-use crate::engine::state::NotConfirmable;
 use crate::ledger::{CommitFault, LedgerWrite};
 
 /// How often the sweeper looks for due deadlines.
@@ -36,7 +35,7 @@ const MAX_EXPIRE_BATCH: usize = 4096;
 /// Counters of the resolutions, for `/metrics`.
 #[derive(Debug, Default)]
 pub(super) struct HoldStats {
-    confirmed: AtomicU64,
+    pub(super) confirmed: AtomicU64,
     expired: AtomicU64,
     /// Sum and maximum of the time from `pay_by` to the units being back, in microseconds.
     lateness_sum_us: AtomicU64,
@@ -83,59 +82,12 @@ impl Embedded {
     }
 
     /// The cell of an order's campaign, or 404 for the order.
-    fn order_cell(&self, order_id: &str) -> Result<(Arc<Cell>, u64), Error> {
+    pub(super) fn order_cell(&self, order_id: &str) -> Result<(Arc<Cell>, u64), Error> {
         let (campaign_id, seq) = parse_order_id(order_id)?;
         let cell = self
             .cell(campaign_id)
             .map_err(|_| Error::order_not_found(order_id))?;
         Ok((cell, seq))
-    }
-
-    async fn confirm_order_now(&self, order_id: &str) -> Result<Order, Error> {
-        let (cell, seq) = self.order_cell(order_id)?;
-        let _admin = cell.admin.lock().await;
-        let now = self.clock.now();
-        let taken = {
-            let mut inner = cell.inner.lock();
-            self.current(&cell)?;
-            inner.state.holds.take_for_confirm(seq, now)
-        };
-        let held = match taken {
-            Ok(held) => held,
-            Err(NotConfirmable::Overdue) => {
-                self.expire_locked(&cell).await?;
-                let order = self.order(order_id).await?;
-                return Err(overdue(&order));
-            }
-            Err(NotConfirmable::NotPending) => {
-                let order = self.order(order_id).await?;
-                return match order.state {
-                    OrderState::Confirmed => Ok(order),
-                    OrderState::Expired | OrderState::Cancelled => Err(Error::Conflict(format!(
-                        "order '{order_id}' is {}; it can no longer be confirmed",
-                        order.state.as_str()
-                    ))),
-                    OrderState::Active => Err(no_holds(order_id)),
-                    OrderState::Pending => Err(Error::Unavailable(format!(
-                        "order '{order_id}' is being resolved; nothing was changed, retry"
-                    ))),
-                };
-            }
-        };
-        let write = LedgerWrite::Confirm {
-            order_id: order_id.to_owned(),
-            at: now,
-        };
-        if let Err(e) = self.commit.run(cell.epoch, vec![write]).await {
-            if e.fault == CommitFault::NotCommitted {
-                cell.inner.lock().state.holds.put_back(seq, held);
-            }
-            return Err(commit_failed(e));
-        }
-        cell.inner.lock().state.holds.settled(held.qty);
-        self.hold_stats.confirmed.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(order = order_id, "order confirmed");
-        self.order(order_id).await
     }
 
     async fn cancel_order_now(&self, order_id: &str) -> Result<Order, Error> {
@@ -185,7 +137,7 @@ impl Embedded {
     }
 
     /// Refuses to act on state that is being replaced by the ledger's (call under the lock).
-    fn current(&self, cell: &Cell) -> Result<(), Error> {
+    pub(super) fn current(&self, cell: &Cell) -> Result<(), Error> {
         if cell.epoch != self.commit.epoch() {
             return Err(Error::not_committed(
                 "the engine is re-reading its state from the ledger",
@@ -216,7 +168,7 @@ impl Embedded {
     }
 
     /// Expires the due orders of one campaign; call with its admin mutex held.
-    async fn expire_locked(&self, cell: &Cell) -> Result<usize, Error> {
+    pub(super) async fn expire_locked(&self, cell: &Cell) -> Result<usize, Error> {
         let mut n = 0;
         loop {
             let now = self.clock.now();
@@ -269,7 +221,7 @@ impl Embedded {
     }
 }
 
-fn overdue(order: &Order) -> Error {
+pub(super) fn overdue(order: &Order) -> Error {
     let pay_by = order
         .pay_by
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
@@ -281,7 +233,7 @@ fn overdue(order: &Order) -> Error {
     ))
 }
 
-fn no_holds(order_id: &str) -> Error {
+pub(super) fn no_holds(order_id: &str) -> Error {
     Error::invalid(format!(
         "order '{order_id}' belongs to a campaign without holds; there is nothing to confirm"
     ))

@@ -12,12 +12,14 @@
 //! under the same lock, before the operation answers (see `guard::soldout`).
 //!
 //! The module is split by concept: `cell` (one campaign's locked state), `claim` (the claim
-//! path), `admin` (create, restock, status, limits), `holds` (confirm, cancel and the expiry
-//! of pending orders) and `recover` (every cell rebuilt from the ledger at start).
+//! path), `admin` (create, restock, status, limits), `holds` (cancel and the expiry of
+//! pending orders), `confirm` (confirms of pending orders, batched per campaign) and
+//! `recover` (every cell rebuilt from the ledger at start).
 
 mod admin;
 mod cell;
 mod claim;
+mod confirm;
 mod holds;
 mod recover;
 

@@ -2,6 +2,7 @@
 //! deadline decides; bad input changes nothing. Time is a `ManualClock` the tests move, so no
 //! test waits for a deadline in real time except the crash tests against the real binary.
 
+mod burst;
 mod codes;
 mod crash;
 mod race;
