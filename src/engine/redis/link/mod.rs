@@ -29,10 +29,15 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline, RedisError,
-    RedisResult, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisResult,
+    Value,
 };
 use tokio::sync::{watch, Notify};
+
+mod errors;
+
+use errors::breaks_connection;
+pub use errors::{not_sent, surely_not_executed, unchecked};
 
 use super::sentinel;
 
@@ -46,8 +51,6 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const PING_TIMEOUT: Duration = Duration::from_millis(1500);
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_millis(250);
-
-const NOT_SENT: &str = "Redis is unreachable; the command was not sent";
 
 /// Where the link connects.
 #[derive(Debug, Clone)]
@@ -96,56 +99,6 @@ pub struct Link {
     /// The generation whose Redis was checked against the ledger (`fresh.rs`); gated requests
     /// go out only on that connection. `u64::MAX` = none checked.
     verified: AtomicU64,
-}
-
-/// The error of a request refused because the link is down: it never reached Redis.
-pub fn not_sent(down_for: Duration) -> RedisError {
-    RedisError::from((
-        ErrorKind::ClientError,
-        NOT_SENT,
-        format!("down for {} ms", down_for.as_millis()),
-    ))
-}
-
-/// The error of a gated request refused because this Redis was not yet checked against the
-/// ledger (just reconnected, or its `run_id` changed): it never reached Redis.
-pub fn unchecked() -> RedisError {
-    RedisError::from((
-        ErrorKind::ClientError,
-        NOT_SENT,
-        "Redis is being checked against the ledger after a reconnect".to_owned(),
-    ))
-}
-
-/// Whether `e` guarantees the command was not executed: refused by the link before sending,
-/// or rejected by Redis before running anything (loading, out of memory, busy, read-only,
-/// not primary).
-pub fn surely_not_executed(e: &RedisError) -> bool {
-    (e.kind() == ErrorKind::ClientError && e.to_string().contains(NOT_SENT))
-        || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some(
-                "LOADING"
-                    | "OOM"
-                    | "BUSY"
-                    | "READONLY"
-                    | "MASTERDOWN"
-                    | "CLUSTERDOWN"
-                    | "TRYAGAIN"
-                    | "NOREPLICAS"
-                    | "MISCONF"
-            )
-        )
-}
-
-/// Whether `e` means this connection is no longer usable.
-fn breaks_connection(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_unrecoverable_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || e.code() == Some("READONLY")
 }
 
 fn config() -> AsyncConnectionConfig {
@@ -385,32 +338,5 @@ async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
                 }
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_refusals_before_running_count_as_not_executed() {
-        assert!(surely_not_executed(&not_sent(Duration::from_millis(3))));
-        let loading = RedisError::from((ErrorKind::BusyLoadingError, "LOADING"));
-        assert!(surely_not_executed(&loading));
-        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert!(surely_not_executed(&refused));
-        // Sent, then the connection broke or timed out: the script may have run.
-        for kind in [
-            std::io::ErrorKind::BrokenPipe,
-            std::io::ErrorKind::ConnectionReset,
-            std::io::ErrorKind::TimedOut,
-        ] {
-            let e = RedisError::from(std::io::Error::from(kind));
-            assert!(!surely_not_executed(&e), "{kind:?}");
-            assert!(breaks_connection(&e), "{kind:?}");
-        }
-        let script = RedisError::from((ErrorKind::ResponseError, "ERR", "user script".into()));
-        assert!(!surely_not_executed(&script));
-        assert!(!breaks_connection(&script));
     }
 }
