@@ -4,6 +4,7 @@
 
 mod codes;
 mod crash;
+mod gate;
 mod race;
 
 use std::sync::Arc;
