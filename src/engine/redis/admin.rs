@@ -148,8 +148,14 @@ impl ScaleOut {
     /// Brings the gate level with the ledger: installs a missing campaign, applies restocks
     /// the ledger committed but Redis never saw, and releases cancelled orders (idempotent).
     pub async fn reconcile(&self, id: &str) -> Result<(), Error> {
-        if self.gate_view(id).await?.is_none() {
+        let Some(gate) = self.gate_view(id).await? else {
             return self.install_from_ledger(id).await;
+        };
+        if gate.holds.is_some() {
+            // Known to the sweepers even if the set was lost on its own.
+            self.note_holds(id)
+                .await
+                .map_err(redis_failed("registering the campaign's holds failed"))?;
         }
         self.catch_up_restocks(id).await?;
         self.sync_status(id).await?;

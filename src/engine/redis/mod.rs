@@ -299,9 +299,14 @@ impl Backend for ScaleOut {
     async fn confirm(&self, order_id: &str) -> Result<Order, Error> {
         let order_id = order_id.to_owned();
         detached(&self.me, move |me| async move {
-            let order = me.confirm_order(&order_id).await?;
-            me.stock.changed(&order.campaign_id).await;
-            Ok(order)
+            let order = me.confirm_order(&order_id).await;
+            if let Err(Error::Conflict(_)) = &order {
+                // Perhaps expired on the spot: its units are back on sale.
+                if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {
+                    me.stock.changed(campaign).await;
+                }
+            }
+            order
         })
         .await
     }
