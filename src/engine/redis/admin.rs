@@ -50,14 +50,7 @@ pub async fn rebuild_from_ledger(
         .await
         .map_err(ledger_failed(failed))?
         .ok_or_else(|| Error::campaign_not_found(id))?;
-    let state = CampaignState::recover(
-        stored.def,
-        stored.total,
-        stored.codes,
-        stored.status,
-        &stored.active,
-        stored.max_seq,
-    );
+    let state = stored.state();
     if state.def.hold_seconds.is_some() {
         // Before the install: a campaign with holds is never in Redis unknown to the sweepers.
         redis::AsyncCommands::sadd::<_, _, ()>(conn, super::keys::HOLDS_SET, id)

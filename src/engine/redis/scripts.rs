@@ -306,6 +306,8 @@ impl Scripts {
             .key(k.users())
             .key(k.codes())
             .key(k.released())
+            .key(k.held())
+            .key(k.deadlines())
             .arg(order_id)
             .arg(user)
             .arg(qty);

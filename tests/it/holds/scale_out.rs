@@ -139,9 +139,13 @@ async fn two_instances_confirm_and_expire_each_order_exactly_once() {
         match status {
             200 => {
                 ok += 1;
-                assert_eq!(
-                    (end, state.as_deref()),
-                    (OrderState::Confirmed, Some("confirmed"))
+                assert_eq!(state.as_deref(), Some("confirmed"));
+                // Every tenth order may be cancelled after its confirm (cancel takes
+                // confirmed orders too).
+                let cancelled_later = end == OrderState::Cancelled && o.ends_with('0');
+                assert!(
+                    end == OrderState::Confirmed || cancelled_later,
+                    "{o}: {end:?}"
                 );
             }
             409 => {
