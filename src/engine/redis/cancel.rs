@@ -6,8 +6,10 @@
 //! order stream in one step; PostgreSQL learns it from the pipeline. Any other order (active,
 //! or confirmed) is cancelled in PostgreSQL first, exactly once (`WHERE state IN ('active',
 //! 'confirmed')`), then `release.lua` gives units, codes and allowance back, at most once per
-//! order. An order the gate resolved but PostgreSQL still shows pending is waited for (the
-//! pipeline applies the transition), never released from its stale row.
+//! order; such an order needs no Redis to be cancelled (a cancel saved while Redis is down is
+//! applied to the gate later, `catch_up.rs`). An order the gate resolved but PostgreSQL still
+//! shows pending is waited for (the pipeline applies the transition), never released from its
+//! stale row.
 
 use super::admin::{ledger_failed, saved_not_applied};
 use super::holds::{HoldOutcome, Resolution};
@@ -22,18 +24,25 @@ const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 impl ScaleOut {
     pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
         let (campaign, seq) = parse_order_id(order_id)?;
-        match self.resolve(Resolution::Cancel, campaign, order_id).await? {
-            HoldOutcome::Now(order) => {
-                tracing::info!(order = order_id, qty = order.qty, "order cancelled");
-                return Ok(order);
+        let order = match self.ledger_order(order_id).await? {
+            // Active, confirmed or final in the ledger: Redis is not needed to decide.
+            Some(o) if o.state != OrderState::Pending => o,
+            _ => {
+                match self.resolve(Resolution::Cancel, campaign, order_id).await? {
+                    HoldOutcome::Now(order) => {
+                        tracing::info!(order = order_id, qty = order.qty, "order cancelled");
+                        return Ok(order);
+                    }
+                    // Cancelled or expired before; a confirmed order is cancelled in the ledger.
+                    HoldOutcome::Earlier(order) if order.state != OrderState::Confirmed => {
+                        return Ok(order)
+                    }
+                    HoldOutcome::Earlier(_) | HoldOutcome::Overdue(_) | HoldOutcome::NotPending => {
+                    }
+                }
+                self.settled_order(campaign, seq, order_id).await?
             }
-            // Cancelled or expired before; a confirmed order is cancelled in the ledger.
-            HoldOutcome::Earlier(order) if order.state != OrderState::Confirmed => {
-                return Ok(order)
-            }
-            HoldOutcome::Earlier(_) | HoldOutcome::Overdue(_) | HoldOutcome::NotPending => {}
-        }
-        let order = self.settled_order(campaign, seq, order_id).await?;
+        };
         if !order.state.is_live() {
             // Expired (its units went back when it expired), or cancelled: release is at
             // most once per order.
