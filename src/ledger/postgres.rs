@@ -5,7 +5,9 @@
 //! `seckill worker` processes write at once. Queries are built at run time (no compile-time
 //! checked macros), so building seckill never needs a live database. The operations only the
 //! scale-out deployment needs (row-locked admin changes, reconciliation reads, poison records)
-//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`.
+//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`;
+//! applying the order pipeline's batches in `postgres_pipeline.rs`, and the transitions of
+//! pending orders (holds) in `postgres_holds.rs`.
 
 use std::time::Duration;
 

@@ -8,7 +8,8 @@
 //! never wait on the lease. The entries go to PostgreSQL in one transaction, in stream order
 //! (`PgLedger::apply_pipeline`): new orders with `ON CONFLICT DO NOTHING` on the order id, so an
 //! entry delivered twice is harmless, and transitions of pending orders (campaigns with holds)
-//! as self-contained upserts (`consumer/holds.rs`); the entries are acknowledged and deleted
+//! as self-contained upserts (`ledger/postgres_holds.rs`; a transition the ledger contradicts
+//! is recorded and acknowledged, `consumer/holds.rs`); the entries are acknowledged and deleted
 //! only after the commit. If PostgreSQL is
 //! unreachable nothing is acknowledged: the streams buffer, and the next step retries.
 //! An entry PostgreSQL refuses for its data (a constraint, a bad value) is poison: it is

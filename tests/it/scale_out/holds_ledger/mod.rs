@@ -4,6 +4,7 @@
 //! rebuilt gate state are read back. The gate half (the Lua scripts that write these entries)
 //! is not needed: the entries are written as the shared stream format describes them.
 
+mod poison;
 mod race;
 mod snapshot;
 mod transitions;
