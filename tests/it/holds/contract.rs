@@ -1,7 +1,8 @@
 //! The holds contract on every deployment (embedded, scale-out on one Redis, on a Redis
 //! Cluster), with real 2-second holds: the pending answer, confirm twice, the 409 after
 //! `pay_by` with the order expired, units and allowance back, cancel of pending, confirmed and
-//! expired orders, the listing, and the refusals (400 without holds, 404 unknown).
+//! expired orders, the listing, an order the sweeper alone expires, and the refusals (400
+//! without holds, 404 unknown).
 
 use std::time::Duration;
 
@@ -107,7 +108,8 @@ async fn holds_contract_with_real_deadlines(deploy: Deploy) {
         "{body}"
     );
     // The allowance came back with the code: u2 wins again.
-    assert_eq!(app.claim("h", "u2", 1).await.outcome, Outcome::Won);
+    let d = app.claim("h", "u2", 1).await;
+    assert_eq!(d.outcome, Outcome::Won);
     // A confirmed order can still be cancelled; its code returns, and it is not confirmable.
     let (s, body) = app
         .admin(Method::POST, &format!("/v1/orders/{a}/cancel"), None)
@@ -127,6 +129,15 @@ async fn holds_contract_with_real_deadlines(deploy: Deploy) {
     use OrderState::*;
     assert_eq!(states, [Cancelled, Expired, Cancelled, Pending]);
     assert!(orders.iter().all(|o| o.pay_by.is_some()));
+    // Nobody confirms d: the sweeper alone expires it at its deadline.
+    until(d.pay_by.unwrap()).await;
+    let v = until_nothing_pending(&app, "h").await;
+    assert_eq!(v.remaining, 3);
+    app.settle().await;
+    assert_eq!(
+        state_of(&app, &d.order_id.unwrap()).await,
+        OrderState::Expired
+    );
 
     // A campaign without holds: confirm is 400 and changes nothing; unknown orders are 404.
     app.create(json!({"id": "plain", "stock": 2})).await;
