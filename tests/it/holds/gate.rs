@@ -331,3 +331,49 @@ async fn an_installed_campaign_keeps_its_pending_orders_and_expires_them_on_time
     assert_eq!((tag.as_str(), hold.as_str()), ("none", "1"));
     assert_eq!(transitions(&mut conn, id).await.len(), 3);
 }
+
+/// A pending order the pipeline compensates (a poison entry, `release.lua`) leaves the held
+/// orders and the deadlines with its release: its deadline passing later gives nothing back a
+/// second time, and a confirm finds nothing pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_pending_order_is_never_expired_or_confirmed_after() {
+    let (_server, mut conn, scripts) = redis().await;
+    let id = "rel";
+    let state = CampaignState::new(def(id, 1), 2, codes(2), Status::Active);
+    assert!(scripts.install(&mut conn, &state, 0, &[]).await.unwrap());
+    let Claimed::Answer(a) = scripts
+        .claim(&mut conn, id, "u1", 1, None, (86400, &limits()))
+        .await
+        .unwrap()
+    else {
+        panic!("an answer")
+    };
+    let order = a.order_id.unwrap();
+    let codes = a.codes.unwrap();
+    let released = scripts
+        .release(&mut conn, id, &order, "u1", 1, &codes)
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(meta(&mut conn, id, "pending").await, 0);
+    assert_eq!(meta(&mut conn, id, "remaining").await, 2);
+    let held: u64 = conn.hlen(Keys::new(id).held()).await.unwrap();
+    assert_eq!(held, 0);
+    let (tag, _) = scripts
+        .resolve_hold(&mut conn, true, id, &order)
+        .await
+        .unwrap();
+    assert_eq!(tag, "none");
+    tokio::time::sleep(
+        (a.pay_by.unwrap() - Utc::now())
+            .to_std()
+            .unwrap_or_default(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let e = scripts.expire_due(&mut conn, id, 100).await.unwrap();
+    assert_eq!(e.expired, Some(0));
+    assert_eq!(meta(&mut conn, id, "remaining").await, 2, "given back once");
+    let pool: Vec<String> = conn.lrange(Keys::new(id).codes(), 0, -1).await.unwrap();
+    assert_eq!(pool.len(), 2);
+}
