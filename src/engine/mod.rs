@@ -8,6 +8,7 @@
 pub mod backend;
 mod detach;
 pub mod embedded;
+mod hold_stats;
 mod idempotency;
 pub mod redis;
 pub mod state;

@@ -214,6 +214,7 @@ pub fn stream_entry(data: &[u8]) {
         fields,
     };
     serde_json::from_str::<serde_json::Value>(&entry.payload()).expect("payload is JSON");
+    let _ = entry.write();
     let Ok(order) = entry.order() else { return };
     assert!(order.qty >= 1);
     let (c, _) = parse_order_id(&order.order_id).expect("an accepted order id parses");
@@ -226,6 +227,9 @@ pub fn stream_entry(data: &[u8]) {
     ];
     if let Some(codes) = &order.codes {
         again.push(("codes", codes.join("\n")));
+    }
+    if let Some(pay_by) = order.pay_by {
+        again.push(("pay_by", pay_by.timestamp_micros().to_string()));
     }
     let rewritten = Entry {
         fields: again

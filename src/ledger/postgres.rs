@@ -5,7 +5,9 @@
 //! `seckill worker` processes write at once. Queries are built at run time (no compile-time
 //! checked macros), so building seckill never needs a live database. The operations only the
 //! scale-out deployment needs (row-locked admin changes, reconciliation reads, poison records)
-//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`.
+//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`;
+//! applying the order pipeline's batches in `postgres_pipeline.rs`, and the transitions of
+//! pending orders (holds) in `postgres_holds.rs`.
 
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use super::rows::{self, micros, OrderRow};
 use super::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign};
 use crate::domain::{CampaignLimits, Order};
 
-/// Rows per multi-row INSERT: 8 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
+/// Rows per multi-row INSERT: 9 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
 const ROWS_PER_INSERT: usize = 1000;
 
 pub struct PgLedger {
@@ -57,7 +59,7 @@ pub(super) async fn insert_orders(
     let mut inserted = 0;
     for chunk in orders.chunks(ROWS_PER_INSERT) {
         let mut qb = QueryBuilder::<Postgres>::new(
-            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at) ",
+            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) ",
         );
         qb.push_values(chunk, |mut b, o| {
             b.push_bind(&o.order_id)
@@ -67,7 +69,8 @@ pub(super) async fn insert_orders(
                 .push_bind(o.qty as i64)
                 .push_bind(rows::codes_json(&o.codes))
                 .push_bind(o.state.as_str())
-                .push_bind(micros(o.created_at));
+                .push_bind(micros(o.created_at))
+                .push_bind(o.pay_by.map(micros));
         });
         qb.push(" ON CONFLICT (order_id) DO NOTHING");
         inserted += qb.build().execute(&mut *conn).await?.rows_affected();
@@ -134,7 +137,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
     match write {
         LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
         LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => {
-            anyhow::bail!("order holds are not available in the scale-out deployment yet")
+            super::postgres_holds::resolve(conn, write).await
         }
         LedgerWrite::CreateCampaign {
             def,
@@ -144,8 +147,8 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             at,
         } => {
             sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(&def.id)
             .bind(def.kind.as_str())
@@ -155,6 +158,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             .bind(def.starts_at.map(micros))
             .bind(def.ends_at.map(micros))
             .bind(micros(*at))
+            .bind(def.hold_seconds.map(|h| h as i32))
             .execute(&mut *conn)
             .await?;
             insert_codes(conn, &def.id, 0, codes).await?;
@@ -191,10 +195,12 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
                 .await?;
             Ok(event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await?)
         }
+        // Non-pending orders only: a pending order's cancel is decided in Redis and arrives
+        // through the order stream (`postgres_holds`).
         LedgerWrite::Cancel { order_id, at } => {
             let done = sqlx::query(
                 "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
-                 WHERE order_id = $2 AND state = 'active' RETURNING campaign_id",
+                 WHERE order_id = $2 AND state IN ('active', 'confirmed') RETURNING campaign_id",
             )
             .bind(micros(*at))
             .bind(order_id)
@@ -302,6 +308,9 @@ impl Ledger for PgLedger {
             for (user, qty, codes) in &c.active {
                 into.order(&id, user, *qty, codes)?;
             }
+            for p in &c.pending {
+                into.pending(&id, p.row())?;
+            }
             for rec in self.idem_since(&id, idem_since).await? {
                 into.idem(rec)?;
             }
@@ -338,4 +347,8 @@ impl Ledger for PgLedger {
     }
 }
 
-pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at FROM orders";
+pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at FROM orders";
+
+/// The columns of [`SELECT_ORDER`], for `RETURNING`.
+pub(super) const ORDER_COLUMNS: &str =
+    "order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at";

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::admin_keys::{insert_pg, lookup_pg, Remembered};
-use super::postgres::{event, insert_codes, PgLedger, SELECT_ORDER};
+use super::postgres::{event, insert_codes, PgLedger, ORDER_COLUMNS, SELECT_ORDER};
 use super::rows::{micros, OrderRow};
 use super::LedgerWrite;
 use crate::domain::{AdminKey, Error, Order, Restock, Status};
@@ -272,18 +272,19 @@ impl PgLedger {
         event(tx, id, "status", status.as_str().to_owned(), at).await
     }
 
-    /// Marks an active order cancelled; returns it if this call cancelled it (exactly once).
+    /// Marks an active or confirmed order cancelled; returns it if this call cancelled it
+    /// (exactly once). A pending order's cancel is decided in Redis and reaches the ledger
+    /// through the order stream instead (`postgres_holds`).
     pub async fn cancel_order(
         &self,
         order_id: &str,
         at: DateTime<Utc>,
     ) -> anyhow::Result<Option<Order>> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<OrderRow> = sqlx::query_as(
+        let row: Option<OrderRow> = sqlx::query_as(&format!(
             "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
-             WHERE order_id = $2 AND state = 'active' \
-             RETURNING order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at",
-        )
+             WHERE order_id = $2 AND state IN ('active', 'confirmed') RETURNING {ORDER_COLUMNS}"
+        ))
         .bind(micros(at))
         .bind(order_id)
         .fetch_optional(&mut *tx)
@@ -300,53 +301,6 @@ impl PgLedger {
         .await?;
         tx.commit().await?;
         Ok(Some(order))
-    }
-
-    /// Inserts orders from the pipeline in one transaction, idempotently. Returns the ones
-    /// whose order id the ledger already holds for a *different* order (same user, qty, codes
-    /// and time is a harmless redelivery): Redis lost acknowledged writes and reissued the id.
-    ///
-    /// With `fence = Some((job, f))` the same transaction first records `f` as `job`'s fence in
-    /// `job_fences`; if a higher fence was recorded already (another holder of the job's lease
-    /// wrote since), nothing is written and the error is [`StaleFence`](crate::lock::fenced::StaleFence).
-    pub async fn insert_pipeline_orders(
-        &self,
-        orders: &[Order],
-        fence: Option<(&str, u64)>,
-    ) -> anyhow::Result<Vec<Order>> {
-        let mut tx = self.pool.begin().await?;
-        if let Some((job, f)) = fence {
-            crate::lock::fenced::require(&mut tx, job, f).await?;
-        }
-        let refs: Vec<&Order> = orders.iter().collect();
-        let inserted = super::postgres::insert_orders(&mut tx, &refs).await?;
-        let mut collisions = Vec::new();
-        if inserted < orders.len() as u64 {
-            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
-            let existing: Vec<OrderRow> =
-                sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
-                    .bind(&ids)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            let existing: std::collections::HashMap<String, Order> = existing
-                .into_iter()
-                .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
-                .collect::<anyhow::Result<_>>()?;
-            for o in orders {
-                if let Some(e) = existing.get(&o.order_id) {
-                    let same = e.campaign_id == o.campaign_id
-                        && e.user_id == o.user_id
-                        && e.qty == o.qty
-                        && e.codes == o.codes
-                        && e.created_at == o.created_at;
-                    if !same {
-                        collisions.push(o.clone());
-                    }
-                }
-            }
-        }
-        tx.commit().await?;
-        Ok(collisions)
     }
 
     /// Every cancelled order of a campaign (their release in Redis is idempotent, so the gate

@@ -1,5 +1,6 @@
 //! Reading a campaign back from PostgreSQL in the shape the gate is rebuilt from: the
-//! definition, every code, the active orders, the highest order number ever used.
+//! definition, every code, the live orders, the pending orders with their deadlines (campaigns
+//! with holds), the highest order number ever used.
 //!
 //! The scale-out gate is rebuilt from this when Redis does not have a campaign (a process
 //! died between the ledger commit and the Redis script, or Redis lost its data); it is the
@@ -8,7 +9,8 @@
 //! Every read of one rebuild runs in one REPEATABLE READ, READ ONLY transaction: a restock or a
 //! cancel committing meanwhile is either wholly in the snapshot or wholly outside it, so a
 //! code can never be both in the pool and in an active order, nor a cancelled order's units
-//! both held and released.
+//! both held and released. The same holds for the transitions of pending orders the pipeline
+//! applies: an order is pending, confirmed or expired in the snapshot, never two of them.
 
 use std::collections::HashMap;
 
@@ -18,9 +20,9 @@ use sqlx::Row;
 
 use super::postgres::PgLedger;
 use super::rows::{self, micros};
-use super::IdemRecord;
+use super::{IdemRecord, PendingRow};
 use crate::domain::{Kind, Status};
-use crate::engine::state::CampaignDef;
+use crate::engine::state::{CampaignDef, CampaignState, Rebuild};
 
 /// One campaign as the gate is rebuilt from it, read from one snapshot.
 #[derive(Debug, Clone)]
@@ -30,10 +32,52 @@ pub struct GateSnapshot {
     pub status: Status,
     /// Every code of the campaign, in hand-out order.
     pub codes: Vec<String>,
-    /// (user, qty, codes) of every active order.
+    /// (user, qty, codes) of every live order that is not pending: active or confirmed.
     pub active: Vec<(String, u64, Vec<String>)>,
+    /// Every pending order (campaigns with holds), by seq, with its deadline.
+    pub pending: Vec<PendingOrder>,
     /// Highest order seq ever used.
     pub max_seq: u64,
+}
+
+/// A pending order as a rebuild needs it: it holds its units until it is resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingOrder {
+    pub seq: u64,
+    pub user_id: String,
+    pub qty: u64,
+    pub codes: Vec<String>,
+    pub pay_by: DateTime<Utc>,
+}
+
+impl PendingOrder {
+    pub fn row(&self) -> PendingRow<'_> {
+        PendingRow {
+            seq: self.seq,
+            user_id: &self.user_id,
+            qty: self.qty,
+            codes: &self.codes,
+            pay_by: self.pay_by,
+        }
+    }
+}
+
+impl GateSnapshot {
+    /// The campaign's state rebuilt from this snapshot: active and confirmed orders hold their
+    /// units, pending ones hold them too and keep their deadlines (`CampaignState::holds`).
+    pub fn state(&self) -> CampaignState {
+        let mut rebuild = Rebuild::new(self.def.clone(), self.total, self.status, self.max_seq);
+        for code in &self.codes {
+            rebuild.code(code.clone());
+        }
+        for (user, qty, codes) in &self.active {
+            rebuild.order(user, *qty, codes);
+        }
+        for p in &self.pending {
+            rebuild.pending(p.seq, &p.user_id, p.qty, &p.codes, p.pay_by);
+        }
+        rebuild.finish()
+    }
 }
 
 impl PgLedger {
@@ -58,7 +102,8 @@ impl PgLedger {
         Ok(self.stored_snapshot(id).await?.map(|(c, _)| c))
     }
 
-    /// [`PgLedger::stored`] and the ids of the campaign's cancelled orders, from one snapshot.
+    /// [`PgLedger::stored`] and the ids of the campaign's orders whose units went back
+    /// (cancelled or expired), from one snapshot.
     pub async fn stored_snapshot(
         &self,
         id: &str,
@@ -68,7 +113,8 @@ impl PgLedger {
             .execute(&mut *conn)
             .await?;
         let Some(r) = sqlx::query(
-            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at FROM campaigns WHERE id = $1",
+            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds \
+             FROM campaigns WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -85,12 +131,13 @@ impl PgLedger {
                 per_user_limit: r.get::<i64, _>(3) as u64,
                 starts_at: rows::opt_time(r.get(5))?,
                 ends_at: rows::opt_time(r.get(6))?,
-                hold_seconds: None,
+                hold_seconds: r.get::<Option<i32>, _>(7).map(|h| h as u32),
             },
             total: r.get::<i64, _>(2) as u64,
             status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
             codes: Vec::new(),
             active: Vec::new(),
+            pending: Vec::new(),
             max_seq: 0,
         };
         c.codes = sqlx::query_scalar(
@@ -106,7 +153,8 @@ impl PgLedger {
                 .await?;
         c.max_seq = max.unwrap_or(0) as u64;
         let active = sqlx::query(
-            "SELECT user_id, qty, codes FROM orders WHERE campaign_id = $1 AND state = 'active'",
+            "SELECT user_id, qty, codes FROM orders \
+             WHERE campaign_id = $1 AND state IN ('active', 'confirmed')",
         )
         .bind(id)
         .fetch_all(&mut *conn)
@@ -115,8 +163,28 @@ impl PgLedger {
             let codes = rows::parse_codes(r.get(2))?.unwrap_or_default();
             c.active.push((r.get(0), r.get::<i64, _>(1) as u64, codes));
         }
+        // Through the partial index `orders_pending`.
+        let pending = sqlx::query(
+            "SELECT seq, user_id, qty, codes, pay_by FROM orders \
+             WHERE campaign_id = $1 AND state = 'pending' ORDER BY seq",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        for r in pending {
+            let pay_by: Option<i64> = r.get(4);
+            let seq = r.get::<i64, _>(0) as u64;
+            let pay_by = pay_by.ok_or_else(|| anyhow!("pending order {id}-{seq} has no pay_by"))?;
+            c.pending.push(PendingOrder {
+                seq,
+                user_id: r.get(1),
+                qty: r.get::<i64, _>(2) as u64,
+                codes: rows::parse_codes(r.get(3))?.unwrap_or_default(),
+                pay_by: rows::time(pay_by)?,
+            });
+        }
         let released: Vec<String> = sqlx::query_scalar(
-            "SELECT order_id FROM orders WHERE campaign_id = $1 AND state = 'cancelled'",
+            "SELECT order_id FROM orders WHERE campaign_id = $1 AND state IN ('cancelled', 'expired')",
         )
         .bind(id)
         .fetch_all(&mut *conn)

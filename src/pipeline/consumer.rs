@@ -5,9 +5,12 @@
 //! XAUTOCLAIM) — only by the one consumer holding the reclaim lease, in a transaction of their
 //! own that carries the lease's fence (see [`reclaim`]) —, entries this consumer already holds
 //! (after a failure or a restart under the same name), then new ones (XREADGROUP `>`), which
-//! never wait on the lease. The orders go to PostgreSQL in one transaction
-//! with `ON CONFLICT DO NOTHING` on the order id, so an entry delivered twice is harmless, and
-//! the entries are acknowledged and deleted only after the commit. If PostgreSQL is
+//! never wait on the lease. The entries go to PostgreSQL in one transaction, in stream order
+//! (`PgLedger::apply_pipeline`): new orders with `ON CONFLICT DO NOTHING` on the order id, so an
+//! entry delivered twice is harmless, and transitions of pending orders (campaigns with holds)
+//! as self-contained upserts (`ledger/postgres_holds.rs`; a transition the ledger contradicts
+//! is recorded and acknowledged, `consumer/holds.rs`); the entries are acknowledged and deleted
+//! only after the commit. If PostgreSQL is
 //! unreachable nothing is acknowledged: the streams buffer, and the next step retries.
 //! An entry PostgreSQL refuses for its data (a constraint, a bad value) is poison: it is
 //! recorded in `failed_orders`, its units, codes and allowance go back in Redis, and it is
@@ -29,9 +32,9 @@ use redis::streams::{StreamId, StreamReadReply};
 
 use super::entry::Entry;
 use super::PipelineOptions;
-use crate::domain::{now, Order};
+use crate::domain::now;
 use crate::engine::redis::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
-use crate::ledger::{is_data_error, FailedOrder, PgLedger};
+use crate::ledger::{is_data_error, FailedOrder, PgLedger, PipelineOutcome, PipelineWrite};
 
 /// What one step did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +69,7 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
 }
 
 mod fence;
+mod holds;
 mod reclaim;
 
 pub use reclaim::RECLAIM_JOB;
@@ -219,10 +223,10 @@ impl Consumer {
             read: entries.len(),
             ..Step::default()
         };
-        let mut good: Vec<(Entry, Order)> = Vec::with_capacity(entries.len());
+        let mut good: Vec<(Entry, PipelineWrite)> = Vec::with_capacity(entries.len());
         for e in entries {
-            match e.order() {
-                Ok(o) => good.push((e, o)),
+            match e.write() {
+                Ok(w) => good.push((e, w)),
                 Err(why) => {
                     self.poison(&e, None, &format!("{why:#}")).await?;
                     step.poisoned += 1;
@@ -232,7 +236,7 @@ impl Consumer {
         if good.is_empty() {
             return Ok(step);
         }
-        let orders: Vec<Order> = good.iter().map(|(_, o)| o.clone()).collect();
+        let writes: Vec<PipelineWrite> = good.iter().map(|(_, w)| w.clone()).collect();
         if let Some(w) = self.opts.replicas {
             // A demoted primary's orders never reach a replica, so never the ledger either.
             w.confirm(&self.conn, self.read_on).await.map_err(|e| {
@@ -240,40 +244,37 @@ impl Consumer {
             })?;
         }
         let m = crate::telemetry::process::handles();
-        m.pipeline_batch.record(orders.len() as f64);
-        let inserted = {
+        m.pipeline_batch.record(writes.len() as f64);
+        let applied = {
             let _t = crate::telemetry::process::Timer::start(&m.pipeline_insert);
-            self.ledger.insert_pipeline_orders(&orders, fence).await
+            self.ledger.apply_pipeline(&writes, fence).await
         };
-        match inserted {
+        match applied {
             // The test hook of `crate::supervise`: die after the commit, before the ack.
             Ok(_) if crate::supervise::test_panic(super::TASK) => {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")
             }
-            Ok(collisions) => {
-                self.collisions(&good, &collisions).await?;
+            Ok(out) => {
+                let refused = self.refused(&good, &out).await?;
                 self.ack(good.iter().map(|(e, _)| e)).await?;
-                step.persisted += good.len() - collisions.len();
-                step.poisoned += collisions.len();
+                step.persisted += good.len() - refused;
+                step.poisoned += refused;
             }
             Err(e) if is_data_error(&e) => {
-                // Somewhere in the batch is an order PostgreSQL refuses: find it alone.
-                for (entry, order) in &good {
-                    // The same conflict check as a batch: a different order under this id is
-                    // the gate's lost state, never absorbed.
-                    let one = std::slice::from_ref(order);
-                    match self.ledger.insert_pipeline_orders(one, fence).await {
-                        Ok(collided) => {
-                            self.collisions(&good, &collided).await?;
+                // Somewhere in the batch is an entry PostgreSQL refuses: find it alone, in
+                // stream order. The same checks as a batch: a different order under an id is
+                // the gate's lost state, a contradicting transition is recorded, never absorbed.
+                for (i, (entry, write)) in good.iter().enumerate() {
+                    let one = std::slice::from_ref(write);
+                    match self.ledger.apply_pipeline(one, fence).await {
+                        Ok(out) => {
+                            let refused = self.refused(&good[i..=i], &out).await?;
                             self.ack([entry]).await?;
-                            if collided.is_empty() {
-                                step.persisted += 1;
-                            } else {
-                                step.poisoned += 1;
-                            }
+                            step.persisted += 1 - refused;
+                            step.poisoned += refused;
                         }
                         Err(e) if is_data_error(&e) => {
-                            self.poison(entry, Some(order), &format!("{e:#}")).await?;
+                            self.poison(entry, Some(write), &format!("{e:#}")).await?;
                             step.poisoned += 1;
                         }
                         Err(e) => return Err(e),
@@ -285,6 +286,18 @@ impl Consumer {
             }
         }
         Ok(step)
+    }
+
+    /// Handles what a committed batch refused (reissued order ids, contradicting transitions);
+    /// returns how many entries that was.
+    async fn refused(
+        &mut self,
+        good: &[(Entry, PipelineWrite)],
+        out: &PipelineOutcome,
+    ) -> anyhow::Result<usize> {
+        self.collisions(good, &out.collisions).await?;
+        self.contradictions(good, &out.contradictions).await?;
+        Ok(out.collisions.len() + out.contradictions.len())
     }
 
     async fn ack<'a>(
@@ -304,13 +317,15 @@ impl Consumer {
         Ok(())
     }
 
-    /// Records an entry that can never be persisted, gives its units back, acknowledges it.
+    /// Records an entry that can never be persisted, gives a new order's units back (a
+    /// transition's were settled in Redis when it was decided), acknowledges it.
     async fn poison(
         &mut self,
         entry: &Entry,
-        order: Option<&Order>,
+        write: Option<&PipelineWrite>,
         reason: &str,
     ) -> anyhow::Result<()> {
+        let order = write.map(PipelineWrite::order);
         tracing::error!(campaign = %entry.campaign_id, stream_id = %entry.stream_id, order = ?order.map(|o| &o.order_id), reason, "poison order: compensating and recording it");
         self.ledger
             .record_failed(&FailedOrder {
@@ -322,7 +337,7 @@ impl Consumer {
                 at: now(),
             })
             .await?;
-        if let Some(o) = order {
+        if let Some(PipelineWrite::Order(o)) = write {
             let codes = o.codes.clone().unwrap_or_default();
             self.scripts
                 .release(

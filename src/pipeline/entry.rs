@@ -1,11 +1,23 @@
-//! Stream entries of the order pipeline: what `claim.lua` appends, parsed back into orders.
+//! Stream entries of the order pipeline: what the claim and resolution scripts append, parsed
+//! back into the ledger writes they stand for.
+//!
+//! Two kinds share a campaign's stream (docs/HOLDS.md, "Scale-out"):
+//! - a **new order** (`order_id`, `user`, `qty`, `at`, optional `codes`, and `pay_by` for a
+//!   campaign with holds, which makes the order `pending`);
+//! - a **transition** of a pending order, decided in Redis: `kind` (`confirmed`, `expired` or
+//!   `cancelled`), `resolved_at`, and the whole order again. It carries the whole order so that
+//!   it can be applied even before its new-order entry (reclaimed entries arrive out of order).
+//!
+//! An entry without `kind` is a new order, so entries written before holds existed still parse.
 
 use std::collections::HashMap;
 
 use anyhow::{anyhow, Context};
+use chrono::{DateTime, Utc};
 use redis::Value;
 
 use crate::domain::{Order, OrderState};
+use crate::ledger::{PipelineWrite, Transition};
 
 /// One entry read from a campaign's order stream.
 #[derive(Debug, Clone)]
@@ -13,6 +25,13 @@ pub struct Entry {
     pub campaign_id: String,
     pub stream_id: String,
     pub fields: HashMap<String, Value>,
+}
+
+fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
+    let us: i64 = text
+        .parse()
+        .with_context(|| format!("{name} is not a number"))?;
+    DateTime::from_timestamp_micros(us).ok_or_else(|| anyhow!("{name} {us} is out of range"))
 }
 
 impl Entry {
@@ -24,7 +43,12 @@ impl Entry {
         redis::from_redis_value(v).with_context(|| format!("field {name} is not text"))
     }
 
-    /// The order this entry carries. An entry that does not parse is poison.
+    fn time(&self, name: &str) -> anyhow::Result<DateTime<Utc>> {
+        micros(name, &self.text(name)?)
+    }
+
+    /// The order this entry carries, as it was won: `pending` with its `pay_by` in a campaign
+    /// with holds, `active` otherwise. An entry that does not parse is poison.
     pub fn order(&self) -> anyhow::Result<Order> {
         let order_id = self.text("order_id")?;
         let (campaign, _) = crate::domain::parse_order_id(&order_id)
@@ -36,10 +60,13 @@ impl Entry {
         );
         let qty: u64 = self.text("qty")?.parse().context("qty is not a number")?;
         anyhow::ensure!(qty >= 1, "qty is 0");
-        let at: i64 = self.text("at")?.parse().context("at is not a number")?;
         let codes = match self.fields.contains_key("codes") {
             false => None,
             true => Some(self.text("codes")?.split('\n').map(str::to_owned).collect()),
+        };
+        let pay_by = match self.fields.contains_key("pay_by") {
+            false => None,
+            true => Some(self.time("pay_by")?),
         };
         Ok(Order {
             order_id,
@@ -47,13 +74,39 @@ impl Entry {
             user_id: self.text("user")?,
             qty,
             codes,
-            state: OrderState::Active,
-            created_at: chrono::DateTime::from_timestamp_micros(at)
-                .ok_or_else(|| anyhow!("at {at} is out of range"))?,
+            state: match pay_by {
+                Some(_) => OrderState::Pending,
+                None => OrderState::Active,
+            },
+            created_at: self.time("at")?,
             cancelled_at: None,
-            pay_by: None,
+            pay_by,
             resolved_at: None,
         })
+    }
+
+    /// What this entry asks of the ledger: a new order, or a transition of a pending one.
+    pub fn write(&self) -> anyhow::Result<PipelineWrite> {
+        if !self.fields.contains_key("kind") {
+            return Ok(PipelineWrite::Order(self.order()?));
+        }
+        let kind = self.text("kind")?;
+        let to = match kind.as_str() {
+            "confirmed" => OrderState::Confirmed,
+            "expired" => OrderState::Expired,
+            "cancelled" => OrderState::Cancelled,
+            other => anyhow::bail!("kind {other:?} is not confirmed, expired or cancelled"),
+        };
+        let order = self.order()?;
+        anyhow::ensure!(
+            order.pay_by.is_some(),
+            "a {kind} transition without pay_by: only pending orders have transitions"
+        );
+        Ok(PipelineWrite::Transition(Transition {
+            order,
+            to,
+            at: self.time("resolved_at")?,
+        }))
     }
 
     /// The fields as JSON, for the record of a poison entry.
@@ -68,5 +121,70 @@ impl Entry {
             })
             .collect();
         serde_json::Value::Object(map).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(fields: &[(&str, &str)]) -> Entry {
+        Entry {
+            campaign_id: "c".into(),
+            stream_id: "1-0".into(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::BulkString(v.as_bytes().to_vec())))
+                .collect(),
+        }
+    }
+
+    const ORDER: [(&str, &str); 4] = [
+        ("order_id", "c-7"),
+        ("user", "u"),
+        ("qty", "2"),
+        ("at", "1000"),
+    ];
+
+    #[test]
+    fn entries_without_kind_are_new_orders_pending_with_pay_by() {
+        let PipelineWrite::Order(o) = entry(&ORDER).write().unwrap() else {
+            panic!("not a new order")
+        };
+        assert_eq!((o.state, o.pay_by), (OrderState::Active, None));
+        let held = [ORDER.as_slice(), &[("pay_by", "5000")]].concat();
+        let PipelineWrite::Order(o) = entry(&held).write().unwrap() else {
+            panic!("not a new order")
+        };
+        assert_eq!(o.state, OrderState::Pending);
+        assert_eq!(o.pay_by, DateTime::from_timestamp_micros(5000));
+    }
+
+    #[test]
+    fn transitions_carry_the_whole_order_and_bad_ones_are_refused() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            entry(&[ORDER.as_slice(), &[("pay_by", "5000")], extra].concat()).write()
+        };
+        for (kind, to) in [
+            ("confirmed", OrderState::Confirmed),
+            ("expired", OrderState::Expired),
+            ("cancelled", OrderState::Cancelled),
+        ] {
+            let w = with(&[("kind", kind), ("resolved_at", "4000")]).unwrap();
+            let PipelineWrite::Transition(t) = w else {
+                panic!("not a transition")
+            };
+            assert_eq!((t.to, t.order.qty, t.order.user_id.as_str()), (to, 2, "u"));
+            assert_eq!(t.at, DateTime::from_timestamp_micros(4000).unwrap());
+        }
+        assert!(with(&[("kind", "paid"), ("resolved_at", "1")]).is_err());
+        assert!(with(&[("kind", "expired")]).is_err(), "resolved_at missing");
+        assert!(with(&[("kind", "expired"), ("resolved_at", "x")]).is_err());
+        let no_pay_by = [
+            ORDER.as_slice(),
+            &[("kind", "expired"), ("resolved_at", "1")],
+        ]
+        .concat();
+        assert!(entry(&no_pay_by).write().is_err());
     }
 }

@@ -92,12 +92,12 @@ pub const FAMILIES: &[Family] = &[
     f(REDIS_SETTINGS, Gauge, "maxmemory_policy, appendonly, appendfsync, source",
       "Redis settings the guarantees depend on (1 = current; scale-out)"),
     f(REDIS_REFUSING, Gauge, "", "1 while claims are refused for an evicting Redis (scale-out)"),
-    f(HOLDS_CONFIRMED, Counter, "", "Pending orders confirmed (holds; embedded)"),
-    f(HOLDS_EXPIRED, Counter, "", "Pending orders expired, their units returned (holds; embedded)"),
+    f(HOLDS_CONFIRMED, Counter, "", "Pending orders confirmed (holds; scale-out: by this instance)"),
+    f(HOLDS_EXPIRED, Counter, "", "Pending orders expired, their units returned (holds; scale-out: by this instance)"),
     f(HOLDS_LATENESS_SUM, Gauge, "",
-      "Time from pay_by to the units being back, summed over expiries, seconds; only grows (holds; embedded)"),
+      "Time from pay_by to the units being back, summed over expiries, seconds; only grows (holds; scale-out: this instance's)"),
     f(HOLDS_LATENESS_MAX, Gauge, "",
-      "Longest time from pay_by to the units being back, seconds (holds; embedded)"),
+      "Longest time from pay_by to the units being back, seconds (holds; scale-out: this instance's)"),
 ];
 
 /// Process metrics (`metrics-process`): the ones the README and the alert rules rely on.

@@ -15,15 +15,14 @@
 //! answer. The same order twice in one batch gets the first one's answer.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
 use super::cell::Cell;
-use super::holds::{no_holds, overdue};
 use super::Embedded;
 use crate::domain::{Error, Order, OrderState};
 use crate::engine::backend::Backend;
+use crate::engine::hold_stats::{being_resolved, no_holds, not_confirmable, overdue};
 use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{Held, NotConfirmable};
 use crate::ledger::{CommitFault, LedgerWrite};
@@ -162,9 +161,7 @@ impl Embedded {
             inner.state.holds.settled(held.qty);
         }
         drop(inner);
-        self.hold_stats
-            .confirmed
-            .fetch_add(n as u64, Ordering::Relaxed);
+        self.hold_stats.confirmed_many(n as u64);
         tracing::debug!(confirmed = n, "orders confirmed");
         Ok(())
     }
@@ -174,14 +171,9 @@ impl Embedded {
         let order = self.order(order_id).await?;
         match order.state {
             OrderState::Confirmed => Ok(order),
-            OrderState::Expired | OrderState::Cancelled => Err(Error::Conflict(format!(
-                "order '{order_id}' is {}; it can no longer be confirmed",
-                order.state.as_str()
-            ))),
+            OrderState::Expired | OrderState::Cancelled => Err(not_confirmable(&order)),
             OrderState::Active => Err(no_holds(order_id)),
-            OrderState::Pending => Err(Error::Unavailable(format!(
-                "order '{order_id}' is being resolved; nothing was changed, retry"
-            ))),
+            OrderState::Pending => Err(being_resolved(order_id)),
         }
     }
 }

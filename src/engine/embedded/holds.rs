@@ -14,7 +14,6 @@
 //! and allowance return once the expiry is durable. At start (and after an in-process
 //! re-read) the overdue orders are expired before the first claim is served.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use super::Embedded;
 use crate::domain::{parse_order_id, Error, Order, OrderState};
 use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
+use crate::engine::hold_stats::being_resolved;
 use crate::engine::idempotency::commit_failed;
 use crate::ledger::{CommitFault, LedgerWrite};
 
@@ -31,38 +31,6 @@ pub(super) const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
 /// Most expiries written in one group commit.
 const MAX_EXPIRE_BATCH: usize = 4096;
-
-/// Counters of the resolutions, for `/metrics`.
-#[derive(Debug, Default)]
-pub(super) struct HoldStats {
-    pub(super) confirmed: AtomicU64,
-    expired: AtomicU64,
-    /// Sum and maximum of the time from `pay_by` to the units being back, in microseconds.
-    lateness_sum_us: AtomicU64,
-    lateness_max_us: AtomicU64,
-}
-
-impl HoldStats {
-    /// Sets the holds' families of `/metrics` (at scrape time, from these counters).
-    pub(super) fn refresh(&self, registry: &crate::telemetry::Registry) {
-        use crate::telemetry::catalog;
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        registry
-            .counter(catalog::HOLDS_CONFIRMED, vec![])
-            .absolute(r(&self.confirmed));
-        registry
-            .counter(catalog::HOLDS_EXPIRED, vec![])
-            .absolute(r(&self.expired));
-        // The exporter's counters are whole numbers: the sum of seconds is a gauge that only
-        // grows (microsecond resolution).
-        registry
-            .gauge(catalog::HOLDS_LATENESS_SUM, vec![])
-            .set(r(&self.lateness_sum_us) as f64 / 1e6);
-        registry
-            .gauge(catalog::HOLDS_LATENESS_MAX, vec![])
-            .set(r(&self.lateness_max_us) as f64 / 1e6);
-    }
-}
 
 impl Embedded {
     pub(super) async fn confirm_order(&self, order_id: &str) -> Result<Order, Error> {
@@ -102,11 +70,7 @@ impl Embedded {
                 let mut inner = cell.inner.lock();
                 self.current(&cell)?;
                 let held = inner.state.holds.take(seq);
-                Some(held.ok_or_else(|| {
-                    Error::Unavailable(format!(
-                        "order '{order_id}' is being resolved; nothing was changed, retry"
-                    ))
-                })?)
+                Some(held.ok_or_else(|| being_resolved(order_id))?)
             }
             _ => None,
         };
@@ -199,44 +163,22 @@ impl Embedded {
             }
             let back = self.clock.now();
             let mut inner = cell.inner.lock();
+            let (mut late_sum, mut late_max) = (0, 0);
             for (_, held) in &due {
                 inner.state.holds.settled(held.qty);
                 inner.state.release(&held.user_id, held.qty, &held.codes);
                 let late = (back - held.pay_by).num_microseconds().unwrap_or(0).max(0) as u64;
-                self.hold_stats
-                    .lateness_sum_us
-                    .fetch_add(late, Ordering::Relaxed);
-                self.hold_stats
-                    .lateness_max_us
-                    .fetch_max(late, Ordering::Relaxed);
+                late_sum += late;
+                late_max = late_max.max(late);
             }
             cell.publish(&inner);
             drop(inner);
             self.hold_stats
-                .expired
-                .fetch_add(due.len() as u64, Ordering::Relaxed);
+                .expired(due.len() as u64, late_sum, late_max);
             n += due.len();
             tracing::debug!(campaign = %id, expired = due.len(), "pending orders expired");
         }
     }
-}
-
-pub(super) fn overdue(order: &Order) -> Error {
-    let pay_by = order
-        .pay_by
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-        .unwrap_or_default();
-    Error::Conflict(format!(
-        "order '{}' had to be confirmed before {pay_by}; it is {} and can no longer be confirmed",
-        order.order_id,
-        order.state.as_str()
-    ))
-}
-
-pub(super) fn no_holds(order_id: &str) -> Error {
-    Error::invalid(format!(
-        "order '{order_id}' belongs to a campaign without holds; there is nothing to confirm"
-    ))
 }
 
 /// Expires due orders every [`SWEEP_EVERY`] until the engine is dropped.

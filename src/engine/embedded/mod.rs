@@ -82,7 +82,7 @@ pub struct Embedded {
     idempotency_ttl: chrono::Duration,
     idem_limits: IdemLimits,
     clock: Arc<dyn Clock>,
-    hold_stats: holds::HoldStats,
+    hold_stats: crate::engine::hold_stats::HoldStats,
     /// This engine, for admin operations that run on their own task (see `admin`).
     me: std::sync::Weak<Embedded>,
 }
@@ -107,7 +107,7 @@ impl Embedded {
             idempotency_ttl: ttl,
             idem_limits,
             clock: opts.clock,
-            hold_stats: holds::HoldStats::default(),
+            hold_stats: crate::engine::hold_stats::HoldStats::default(),
             me: me.clone(),
         });
         // Orders whose pay_by passed while the service was down expire before it serves.

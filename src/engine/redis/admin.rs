@@ -15,20 +15,13 @@
 //! - a change the ledger committed but Redis did not take answers 503 saying so (never
 //!   "nothing was changed"); `catch_up.rs` reconciles the campaign as soon as Redis answers
 //!   (or the next admin change, a restart, a retry with the same key does).
-//! - cancel marks the order cancelled in PostgreSQL exactly once (`WHERE state = 'active'`),
-//!   then gives units, codes and allowance back with `release.lua`, at most once per order.
+//! - cancel: see `cancel.rs`.
 
 use super::scripts::Guarded;
-use super::{redis_failed, Keys, ScaleOut};
-use crate::domain::{
-    now, parse_order_id, AdminKey, CampaignView, Error, NewCampaign, Order, OrderState, Restock,
-    Status, Supply,
-};
+use super::{redis_failed, ScaleOut};
+use crate::domain::{now, AdminKey, CampaignView, Error, NewCampaign, Restock, Status, Supply};
 use crate::engine::state::{CampaignDef, CampaignState};
-use crate::ledger::{admin_keys, Ledger, PgLedger};
-
-/// How long a cancel waits for an order that was won but is not yet in the ledger.
-const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+use crate::ledger::{admin_keys, PgLedger};
 
 /// A change the ledger committed but Redis did not take: a 503 that says so, since a retry
 /// without the same Idempotency-Key would repeat it.
@@ -57,14 +50,13 @@ pub async fn rebuild_from_ledger(
         .await
         .map_err(ledger_failed(failed))?
         .ok_or_else(|| Error::campaign_not_found(id))?;
-    let state = CampaignState::recover(
-        stored.def,
-        stored.total,
-        stored.codes,
-        stored.status,
-        &stored.active,
-        stored.max_seq,
-    );
+    let state = stored.state();
+    if state.def.hold_seconds.is_some() {
+        // Before the install: a campaign with holds is never in Redis unknown to the sweepers.
+        redis::AsyncCommands::sadd::<_, _, ()>(conn, super::keys::HOLDS_SET, id)
+            .await
+            .map_err(redis_failed(failed))?;
+    }
     let installed = scripts
         .install(conn, &state, stored.max_seq, &released)
         .await
@@ -79,7 +71,7 @@ pub async fn rebuild_from_ledger(
     Ok(())
 }
 
-fn ledger_failed(context: &'static str) -> impl Fn(anyhow::Error) -> Error {
+pub(super) fn ledger_failed(context: &'static str) -> impl Fn(anyhow::Error) -> Error {
     move |e| Error::unavailable(context, format!("{e:#}"))
 }
 
@@ -101,7 +93,7 @@ impl ScaleOut {
             per_user_limit: c.per_user_limit,
             starts_at: c.starts_at,
             ends_at: c.ends_at,
-            hold_seconds: None,
+            hold_seconds: c.hold_seconds,
         };
         let total = c.total();
         let codes = match c.supply {
@@ -120,6 +112,11 @@ impl ScaleOut {
             }
         }
         created?;
+        if def.hold_seconds.is_some() {
+            self.note_holds(&def.id)
+                .await
+                .map_err(saved_not_applied("the campaign"))?;
+        }
         let state = CampaignState::new(def, total, codes, Status::Active);
         let installed = self
             .scripts
@@ -144,8 +141,14 @@ impl ScaleOut {
     /// Brings the gate level with the ledger: installs a missing campaign, applies restocks
     /// the ledger committed but Redis never saw, and releases cancelled orders (idempotent).
     pub async fn reconcile(&self, id: &str) -> Result<(), Error> {
-        if self.gate_view(id).await?.is_none() {
+        let Some(gate) = self.gate_view(id).await? else {
             return self.install_from_ledger(id).await;
+        };
+        if gate.holds.is_some() {
+            // Known to the sweepers even if the set was lost on its own.
+            self.note_holds(id)
+                .await
+                .map_err(redis_failed("registering the campaign's holds failed"))?;
         }
         self.catch_up_restocks(id).await?;
         self.sync_status(id).await?;
@@ -318,116 +321,5 @@ impl ScaleOut {
             }
             status = again;
         }
-    }
-
-    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
-        let (campaign, seq) = parse_order_id(order_id)?;
-        let order = match self.ledger_order(order_id).await? {
-            Some(o) => o,
-            None => self.wait_for_pipeline(campaign, seq, order_id).await?,
-        };
-        if order.state == OrderState::Cancelled {
-            self.release(&order).await?;
-            return Ok(order);
-        }
-        let cancelled = self
-            .ledger
-            .cancel_order(order_id, now())
-            .await
-            .map_err(ledger_failed("cancelling the order failed"))?;
-        let order = match cancelled {
-            Some(o) => o,
-            // Cancelled concurrently by another request: same answer.
-            None => self
-                .ledger_order(order_id)
-                .await?
-                .ok_or_else(|| Error::order_not_found(order_id))?,
-        };
-        self.release(&order).await?;
-        tracing::info!(order = order_id, qty = order.qty, "order cancelled");
-        Ok(order)
-    }
-
-    async fn ledger_order(&self, order_id: &str) -> Result<Option<Order>, Error> {
-        self.ledger
-            .order(order_id)
-            .await
-            .map_err(ledger_failed("reading the order failed"))
-    }
-
-    /// An order number the gate already issued is in the stream: wait (bounded) for the
-    /// pipeline to put it in the ledger. A number never issued is 404.
-    async fn wait_for_pipeline(
-        &self,
-        campaign: &str,
-        seq: u64,
-        order_id: &str,
-    ) -> Result<Order, Error> {
-        let issued: Option<u64> =
-            redis::AsyncCommands::get(&mut self.conn(), Keys::new(campaign).seq())
-                .await
-                .map_err(redis_failed("reading the order sequence failed"))?;
-        if issued.unwrap_or(0) < seq {
-            return Err(Error::order_not_found(order_id));
-        }
-        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            self.refused_by_ledger(campaign, order_id).await?;
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            if let Some(o) = self.ledger_order(order_id).await? {
-                return Ok(o);
-            }
-        }
-        Err(Error::Unavailable(format!(
-            "order '{order_id}' was won but is not in the ledger yet (pipeline lag); retry later"
-        )))
-    }
-
-    /// A conflict when the pipeline recorded `order_id` as refused by the ledger (a poison
-    /// order): it never became an order and its units were already given back, so there is
-    /// nothing to cancel and waiting for it would never end.
-    async fn refused_by_ledger(&self, campaign: &str, order_id: &str) -> Result<(), Error> {
-        let failed = self
-            .ledger
-            .failed_orders(campaign)
-            .await
-            .map_err(ledger_failed("reading the refused orders failed"))?;
-        if failed.iter().any(|(id, _)| id.as_deref() == Some(order_id)) {
-            return Err(Error::Conflict(format!(
-                "order '{order_id}' was won but the ledger refused to store it; its units \
-                 were already given back, so there is nothing to cancel"
-            )));
-        }
-        Ok(())
-    }
-
-    async fn release(&self, o: &Order) -> Result<(), Error> {
-        let codes = o.codes.clone().unwrap_or_default();
-        for _ in 0..3 {
-            let released = self
-                .scripts
-                .release(
-                    &mut self.conn(),
-                    &o.campaign_id,
-                    &o.order_id,
-                    &o.user_id,
-                    o.qty,
-                    &codes,
-                )
-                .await
-                .map_err(saved_not_applied("the cancel"))?;
-            if released >= 0 {
-                return Ok(());
-            }
-            // Not in Redis: rebuild it from the ledger, then release again. A rebuild racing
-            // this one may have installed a snapshot taken before the cancel committed; the
-            // release script is at most once per order, so repeating it is always safe.
-            self.install_from_ledger(&o.campaign_id)
-                .await
-                .map_err(|_| saved_not_applied("the cancel")("rebuilding failed"))?;
-        }
-        Err(saved_not_applied("the cancel")(
-            "the campaign kept disappearing from Redis",
-        ))
     }
 }

@@ -310,12 +310,14 @@ impl Scripts {
             .key(k.codes())
             .key(k.seq())
             .key(k.orders())
+            .key(k.held())
+            .key(k.deadlines())
             .key(k.idem_rejected());
         inv.arg(idem_ttl_secs)
             .arg(rejected.rejected_ttl.num_seconds().max(1))
             .arg(rejected.per_user)
             .arg(rejected.per_campaign);
-        let mut keys = 6;
+        let mut keys = 8;
         for c in claims {
             inv.arg(c.user).arg(c.qty);
             match c.key {

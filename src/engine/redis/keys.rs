@@ -7,6 +7,11 @@
 /// Consumer group of every order stream.
 pub const GROUP: &str = "seckill";
 
+/// Set of the ids of campaigns with holds, for the expiry sweepers of every instance. Not in
+/// any campaign's slot: written on its own before the campaign is installed (a member whose
+/// campaign is not in Redis is skipped by the sweep).
+pub const HOLDS_SET: &str = "seckill:holds";
+
 pub struct Keys {
     tag: String,
 }
@@ -40,6 +45,21 @@ impl Keys {
 
     pub fn released(&self) -> String {
         format!("{}:released", self.tag)
+    }
+
+    /// Pending orders of a campaign with holds: order id → user, qty, at, pay_by, codes.
+    pub fn held(&self) -> String {
+        format!("{}:held", self.tag)
+    }
+
+    /// Pending order ids by `pay_by` (µs).
+    pub fn deadlines(&self) -> String {
+        format!("{}:deadlines", self.tag)
+    }
+
+    /// Resolutions of pending orders: order id → state, resolved_at, the held lines.
+    pub fn resolved(&self) -> String {
+        format!("{}:resolved", self.tag)
     }
 
     /// The stored answer of (user, Idempotency-Key). The user id is length-prefixed, so user

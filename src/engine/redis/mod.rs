@@ -22,9 +22,11 @@
 
 mod admin;
 mod batch;
+mod cancel;
 mod catch_up;
 mod conn;
 mod fresh;
+mod holds;
 mod keys;
 mod link;
 mod ratelimit;
@@ -35,16 +37,17 @@ mod sentinel;
 mod settings;
 mod startup;
 mod stock;
+mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::AsyncCommands;
 
 pub use admin::rebuild_from_ledger;
 pub use batch::{replicas::WaitReplicas, BatchClaim, BatchOptions, Batcher};
 pub use conn::{RedisConn, RedisTarget};
+pub use holds::{order_of_record, Expired};
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
@@ -55,13 +58,13 @@ pub use startup::RECONCILE_JOB;
 pub use stock::StockKeeper;
 
 use crate::domain::{
-    AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind,
+    AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
     NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
 };
 use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
-use crate::pipeline::{self, PipelineOptions};
+use crate::pipeline::PipelineOptions;
 use crate::supervise::Supervisor;
 
 /// Settings of the scale-out deployment.
@@ -102,6 +105,8 @@ pub struct ScaleOut {
     behind: catch_up::Behind,
     /// Leases on this deployment's Redis: the lock routes and the start-up reconcile.
     locks: crate::lock::Locks,
+    /// Confirms and expiries this instance made, for `/metrics`.
+    hold_stats: crate::engine::hold_stats::HoldStats,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -118,152 +123,12 @@ fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
 }
 
 impl ScaleOut {
-    /// Connects to Redis and PostgreSQL, migrates the ledger, loads the scripts, brings the
-    /// gate level with the ledger and starts the pipeline if asked to.
-    pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
-        let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
-        let mut redis = RedisConn::connect(&opts.redis).await?;
-        let settings = Arc::new(settings::Watch::start(&redis, opts.allow_redis_eviction).await?);
-        let scripts = Arc::new(Scripts::default());
-        scripts.load(&mut redis).await?;
-        let limiter = Arc::new(RedisLimiter::new(redis.clone()));
-        limiter.load().await?;
-        let stock = StockKeeper::new(redis.clone());
-        let supervisor = Supervisor::new();
-        let mut claim_depends = vec![stock::REFRESHER];
-        if opts.run_worker {
-            claim_depends.push(pipeline::TASK);
-        }
-        stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
-        let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
-        supervisor.spawn("redis-settings", move |_| {
-            settings::recheck_loop(conn.clone(), watch.clone())
-        });
-        let idem_ttl_secs = opts.idempotency_ttl.as_secs().max(24 * 3600);
-        let claims = Batcher::new(
-            redis.gated(),
-            scripts.clone(),
-            opts.claim_batch,
-            (idem_ttl_secs, opts.idempotency_limits),
-            CLAIM_TIMEOUT,
-        );
-        let locks =
-            crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(redis.clone())));
-        let me = Arc::new_cyclic(|me| Self {
-            claims,
-            redis,
-            ledger: ledger.clone(),
-            scripts: scripts.clone(),
-            supervisor: supervisor.clone(),
-            settings,
-            claim_depends,
-            limiter,
-            stock,
-            behind: catch_up::Behind::default(),
-            locks,
-            me: me.clone(),
-        });
-        // Instances starting together reconcile one after the other, under a lease.
-        startup::reconcile_all(&me).await?;
-        let seen = me.check_and_open().await?;
-        let weak = Arc::downgrade(&me);
-        supervisor.spawn(catch_up::TASK, move |_| catch_up::run(weak.clone()));
-        let weak = Arc::downgrade(&me);
-        // A restarted checker checks again from scratch.
-        let seen = parking_lot::Mutex::new(seen);
-        supervisor.spawn(fresh::TASK, move |_| {
-            fresh::watch_loop(weak.clone(), seen.lock().take())
-        });
-        if opts.run_worker {
-            pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
-        }
-        Ok(me)
-    }
-
     pub fn ledger(&self) -> &Arc<PgLedger> {
         &self.ledger
     }
 
     fn conn(&self) -> RedisConn {
         self.redis.clone()
-    }
-
-    /// The campaign as the gate holds it; `None` if Redis does not have it.
-    async fn gate_view(&self, id: &str) -> Result<Option<CampaignView>, Error> {
-        let fields: Vec<Option<String>> = self
-            .conn()
-            .hget(
-                Keys::new(id).meta(),
-                &[
-                    "kind",
-                    "total",
-                    "remaining",
-                    "limit",
-                    "status",
-                    "starts",
-                    "ends",
-                ],
-            )
-            .await
-            .map_err(redis_failed("reading the campaign from Redis failed"))?;
-        let [kind, total, remaining, limit, status, starts, ends]: [Option<String>; 7] = fields
-            .try_into()
-            .map_err(|_| Error::Unavailable("bad reply".into()))?;
-        let Some(kind) = kind else { return Ok(None) };
-        let bad = || Error::unavailable("the campaign in Redis is malformed", id);
-        let num = |v: Option<String>| v.and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
-        let at = |s: String| {
-            s.parse()
-                .ok()
-                .and_then(chrono::DateTime::from_timestamp_micros)
-        };
-        let time = |v: Option<String>| v.filter(|s| !s.is_empty()).map(|s| at(s).ok_or_else(bad));
-        Ok(Some(CampaignView {
-            id: id.to_owned(),
-            kind: Kind::parse(&kind).ok_or_else(bad)?,
-            total: num(total)?,
-            remaining: num(remaining)?,
-            per_user_limit: num(limit)?,
-            status: status.as_deref().and_then(Status::parse).ok_or_else(bad)?,
-            starts_at: time(starts).transpose()?,
-            ends_at: time(ends).transpose()?,
-            holds: None,
-        }))
-    }
-
-    /// Tells the stock board what a claim script answered (see [`stock`]).
-    async fn note_stock(&self, id: &str, user: &str, a: &ClaimAnswer) {
-        match (a.outcome, a.remaining) {
-            (crate::domain::Outcome::Won, _) => self.stock.won(id, user),
-            (crate::domain::Outcome::SoldOut, Some(remaining)) => {
-                // Off the request path: this claim already has its answer, and loading the
-                // holders of a large campaign takes a while.
-                let Some(me) = self.me.upgrade() else { return };
-                let id = id.to_owned();
-                tokio::spawn(async move {
-                    let facts = async {
-                        let v = me.gate_view(&id).await.ok().flatten()?;
-                        Some(crate::guard::soldout::StockFacts {
-                            per_user_limit: v.per_user_limit,
-                            starts_at: v.starts_at,
-                            ends_at: v.ends_at,
-                        })
-                    };
-                    me.stock.sold_out(&id, remaining, facts).await;
-                });
-            }
-            _ => {}
-        }
-    }
-
-    /// Refuses claims while Redis may evict keys or a task they depend on is down.
-    fn dependencies_up(&self) -> Result<(), Error> {
-        refuse::unless_dependencies_up(&self.settings, &self.supervisor, &self.claim_depends)
-    }
-
-    /// Orders answered `won` but not yet in the ledger, over every campaign.
-    pub async fn lag(&self) -> anyhow::Result<u64> {
-        pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
     }
 }
 
@@ -431,6 +296,25 @@ impl Backend for ScaleOut {
         .await
     }
 
+    async fn confirm(&self, order_id: &str) -> Result<Order, Error> {
+        let order_id = order_id.to_owned();
+        detached(&self.me, move |me| async move {
+            let order = me.confirm_order(&order_id).await;
+            if let Err(Error::Conflict(_)) = &order {
+                // Perhaps expired on the spot: its units are back on sale.
+                if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {
+                    me.stock.changed(campaign).await;
+                }
+            }
+            order
+        })
+        .await
+    }
+
+    fn supports_holds(&self) -> bool {
+        true
+    }
+
     async fn health(&self) -> Result<(), Error> {
         if self.settings.refusing() {
             return Err(Error::Unavailable(
@@ -477,5 +361,6 @@ impl Backend for ScaleOut {
 
     fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
         self.settings.refresh_metrics(registry);
+        self.hold_stats.refresh(registry);
     }
 }

@@ -9,7 +9,9 @@ use redis::{RedisResult, Script};
 
 use super::conn::RedisConn;
 use super::keys::{Keys, GROUP};
-use crate::domain::{ClaimAnswer, Outcome};
+use chrono::DateTime;
+
+use crate::domain::{ClaimAnswer, OrderState, Outcome};
 use crate::engine::state::CampaignState;
 
 pub struct Scripts {
@@ -22,6 +24,8 @@ pub struct Scripts {
     release: Script,
     ack: Script,
     fence: Script,
+    /// Confirm, cancel and expiry of pending orders (`holds.rs`).
+    pub(super) holds: super::holds::HoldScripts,
 }
 
 /// Times one script call into `seckill_redis_script_duration_seconds{script}` (until dropped).
@@ -54,10 +58,21 @@ fn guarded((tag, value): (String, String)) -> Guarded {
     }
 }
 
-/// Decodes the line format of `claim.lua` (outcome, order_id, qty, remaining, held, codes…).
+/// Decodes the line format of `claim.lua` (outcome, order_id, qty, remaining, held, codes…;
+/// the outcome `won:<pay_by µs>` is a pending order of a campaign with holds).
 pub fn decode_answer(encoded: &str) -> Option<ClaimAnswer> {
     let mut lines = encoded.split('\n');
-    let outcome = lines.next()?;
+    let first = lines.next()?;
+    let (outcome, pay_by) = match first.split_once(':') {
+        Some((o, micros)) => {
+            let pay_by = micros
+                .parse()
+                .ok()
+                .and_then(DateTime::from_timestamp_micros)?;
+            (o, Some(pay_by))
+        }
+        None => (first, None),
+    };
     let outcome = Outcome::ALL.into_iter().find(|o| o.as_str() == outcome)?;
     let text = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_owned);
     let order_id = text(lines.next());
@@ -76,8 +91,8 @@ pub fn decode_answer(encoded: &str) -> Option<ClaimAnswer> {
         codes: (!codes.is_empty()).then_some(codes),
         remaining,
         held,
-        state: None,
-        pay_by: None,
+        state: pay_by.map(|_| OrderState::Pending),
+        pay_by,
     })
 }
 
@@ -92,6 +107,7 @@ impl Default for Scripts {
             release: Script::new(include_str!("lua/release.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
             fence: Script::new(include_str!("lua/fence.lua")),
+            holds: super::holds::HoldScripts::default(),
         }
     }
 }
@@ -108,6 +124,9 @@ impl Scripts {
             &self.release,
             &self.ack,
             &self.fence,
+            &self.holds.confirm,
+            &self.holds.cancel,
+            &self.holds.expire,
         ] {
             s.prepare_invoke().load_async(conn).await?;
         }
@@ -130,7 +149,9 @@ impl Scripts {
             .key(k.users())
             .key(k.codes())
             .key(k.seq())
-            .key(k.orders());
+            .key(k.orders())
+            .key(k.held())
+            .key(k.deadlines());
         if let Some(key) = idem_key {
             inv.key(k.idem(user, key)).key(k.idem_rejected());
         }
@@ -192,7 +213,9 @@ impl Scripts {
             .key(k.codes())
             .key(k.seq())
             .key(k.orders())
-            .key(k.released());
+            .key(k.released())
+            .key(k.held())
+            .key(k.deadlines());
         inv.arg(&def.id)
             .arg(def.kind.as_str())
             .arg(state.total)
@@ -202,7 +225,8 @@ impl Scripts {
             .arg(micros(def.starts_at))
             .arg(micros(def.ends_at))
             .arg(seq)
-            .arg(GROUP);
+            .arg(GROUP)
+            .arg(def.hold_seconds.map(|h| h.to_string()).unwrap_or_default());
         let holders: Vec<(&str, u64)> = state.holdings().collect();
         inv.arg(holders.len());
         for (user, held) in holders {
@@ -211,6 +235,17 @@ impl Scripts {
         inv.arg(released.len());
         for id in released {
             inv.arg(id);
+        }
+        let held: Vec<_> = state.holds.iter().collect();
+        inv.arg(held.len());
+        for (seq, h) in held {
+            let hold = i64::from(def.hold_seconds.unwrap_or(0));
+            let at = h.pay_by - chrono::TimeDelta::seconds(hold);
+            inv.arg(format!("{}-{seq}", def.id))
+                .arg(h.pay_by.timestamp_micros())
+                .arg(super::holds::held_lines(
+                    &h.user_id, h.qty, at, h.pay_by, &h.codes,
+                ));
         }
         for code in state.pool() {
             inv.arg(code);
@@ -271,6 +306,8 @@ impl Scripts {
             .key(k.users())
             .key(k.codes())
             .key(k.released())
+            .key(k.held())
+            .key(k.deadlines())
             .arg(order_id)
             .arg(user)
             .arg(qty);
@@ -316,6 +353,13 @@ mod tests {
             (sold.outcome, sold.remaining, sold.codes),
             (Outcome::SoldOut, Some(0), None)
         );
+        let pending = decode_answer("won:1700000000000001\np-8\n1\n\n").unwrap();
+        assert_eq!(pending.state, Some(OrderState::Pending));
+        assert_eq!(
+            pending.pay_by,
+            DateTime::from_timestamp_micros(1_700_000_000_000_001)
+        );
+        assert!(decode_answer("won:soon\np-8\n1\n\n").is_none());
         let paused = decode_answer("paused\n\n\n\n").unwrap();
         assert_eq!(paused, ClaimAnswer::bare(Outcome::Paused));
         assert!(decode_answer("nonsense").is_none());

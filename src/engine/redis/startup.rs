@@ -1,5 +1,6 @@
-//! The start-up reconcile: every campaign of the ledger brought level in Redis before the
-//! instance serves, under a lease.
+//! Opening the scale-out engine, and the start-up reconcile: every campaign of the ledger
+//! brought level in Redis, and every pending order past its `pay_by` expired, before the
+//! instance serves; the reconcile runs under a lease.
 //!
 //! Several instances often start together (a deploy, a restart of the fleet). Each would
 //! otherwise walk every campaign and rewrite the same gate keys at once; under the lease
@@ -10,7 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ScaleOut;
+use super::{
+    catch_up, fresh, holds, settings, stock, Batcher, RedisConn, RedisLimiter, ScaleOut,
+    ScaleOutOptions, Scripts, CLAIM_TIMEOUT,
+};
+use crate::ledger::PgLedger;
+use crate::pipeline;
+use crate::supervise::Supervisor;
 
 /// The lock (and `job_fences` row) of the start-up reconcile.
 pub const RECONCILE_JOB: &str = "seckill-startup-reconcile";
@@ -37,4 +44,80 @@ pub(super) async fn reconcile_all(me: &Arc<ScaleOut>) -> anyhow::Result<()> {
         },
     )
     .await
+}
+
+impl ScaleOut {
+    /// Connects to Redis and PostgreSQL, migrates the ledger, loads the scripts, brings the
+    /// gate level with the ledger and starts the pipeline if asked to.
+    pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
+        let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
+        let mut redis = RedisConn::connect(&opts.redis).await?;
+        let settings = Arc::new(settings::Watch::start(&redis, opts.allow_redis_eviction).await?);
+        let scripts = Arc::new(Scripts::default());
+        scripts.load(&mut redis).await?;
+        let limiter = Arc::new(RedisLimiter::new(redis.clone()));
+        limiter.load().await?;
+        let stock = stock::StockKeeper::new(redis.clone());
+        let supervisor = Supervisor::new();
+        let mut claim_depends = vec![stock::REFRESHER];
+        if opts.run_worker {
+            claim_depends.push(pipeline::TASK);
+        }
+        stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
+        let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
+        supervisor.spawn("redis-settings", move |_| {
+            settings::recheck_loop(conn.clone(), watch.clone())
+        });
+        let idem_ttl_secs = opts.idempotency_ttl.as_secs().max(24 * 3600);
+        let claims = Batcher::new(
+            redis.gated(),
+            scripts.clone(),
+            opts.claim_batch,
+            (idem_ttl_secs, opts.idempotency_limits),
+            CLAIM_TIMEOUT,
+        );
+        let locks =
+            crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(redis.clone())));
+        let me = Arc::new_cyclic(|me| Self {
+            claims,
+            redis,
+            ledger: ledger.clone(),
+            scripts: scripts.clone(),
+            supervisor: supervisor.clone(),
+            settings,
+            claim_depends,
+            limiter,
+            stock,
+            behind: catch_up::Behind::default(),
+            locks,
+            hold_stats: Default::default(),
+            me: me.clone(),
+        });
+        // Instances starting together reconcile one after the other, under a lease.
+        reconcile_all(&me).await?;
+        let seen = me.check_and_open().await?;
+        // Orders whose pay_by passed while no instance was sweeping go back before this one
+        // serves its first request.
+        let expired = me
+            .sweep()
+            .await
+            .map_err(|e| anyhow::anyhow!("expiring overdue pending orders: {e}"))?;
+        if expired > 0 {
+            tracing::warn!(expired, "pending orders past their pay_by expired at start");
+        }
+        let weak = Arc::downgrade(&me);
+        supervisor.spawn(holds::TASK, move |_| holds::sweep_loop(weak.clone()));
+        let weak = Arc::downgrade(&me);
+        supervisor.spawn(catch_up::TASK, move |_| catch_up::run(weak.clone()));
+        let weak = Arc::downgrade(&me);
+        // A restarted checker checks again from scratch.
+        let seen = parking_lot::Mutex::new(seen);
+        supervisor.spawn(fresh::TASK, move |_| {
+            fresh::watch_loop(weak.clone(), seen.lock().take())
+        });
+        if opts.run_worker {
+            pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
+        }
+        Ok(me)
+    }
 }

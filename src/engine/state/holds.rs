@@ -62,6 +62,12 @@ impl Holds {
         self.pending.is_empty()
     }
 
+    /// Every pending order not taken by a resolution, by order number (to install them in
+    /// another gate).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Held)> {
+        self.pending.iter().map(|(seq, h)| (*seq, h))
+    }
+
     /// The earliest deadline, if any order is pending.
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
         self.deadlines.first().map(|(t, _)| *t)

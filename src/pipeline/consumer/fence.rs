@@ -6,7 +6,7 @@
 use super::Consumer;
 use crate::domain::{now, Order};
 use crate::engine::redis::Keys;
-use crate::ledger::FailedOrder;
+use crate::ledger::{FailedOrder, PipelineWrite};
 use crate::pipeline::entry::Entry;
 
 impl Consumer {
@@ -56,7 +56,7 @@ impl Consumer {
     /// the rebuild counts only the ledger's orders.
     pub(super) async fn collisions(
         &mut self,
-        good: &[(Entry, Order)],
+        good: &[(Entry, PipelineWrite)],
         collided: &[Order],
     ) -> anyhow::Result<()> {
         let mut by_campaign: std::collections::BTreeMap<&str, Vec<&Order>> = Default::default();
@@ -67,7 +67,8 @@ impl Consumer {
             self.scripts.fence(&mut self.conn, campaign, false).await?;
             self.fenced.insert(campaign.to_owned());
             for o in &orders {
-                let Some((entry, _)) = good.iter().find(|(_, g)| g.order_id == o.order_id) else {
+                let new_order = |w: &PipelineWrite| matches!(w, PipelineWrite::Order(g) if g.order_id == o.order_id);
+                let Some((entry, _)) = good.iter().find(|(_, w)| new_order(w)) else {
                     continue;
                 };
                 self.ledger

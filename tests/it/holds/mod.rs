@@ -1,11 +1,16 @@
-//! Order holds (embedded): confirm, cancel and expiry resolve each pending order once; the
-//! deadline decides; bad input changes nothing. Time is a `ManualClock` the tests move, so no
-//! test waits for a deadline in real time except the crash tests against the real binary.
+//! Order holds: confirm, cancel and expiry resolve each pending order once; the deadline
+//! decides; bad input changes nothing. The tests in this file run embedded on a `ManualClock`
+//! the tests move; `contract` runs the contract with real 2-second holds on every deployment,
+//! `gate` the scale-out scripts against a real redis-server, and `scale_out` two instances
+//! racing their sweepers and a restart with overdue orders.
 
 mod burst;
 mod codes;
+mod contract;
 mod crash;
+mod gate;
 mod race;
+mod scale_out;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,35 +238,4 @@ async fn a_restart_keeps_deadlines_and_expires_the_overdue_before_serving() {
     assert_eq!(state_of(&app, &a).await, OrderState::Expired);
     let (s, _) = confirm(&app, &b).await;
     assert_eq!(s, 200, "b's deadline has not passed");
-}
-
-/// Until holds reach the scale-out deployment it refuses them outright, and a confirm there
-/// answers as for a campaign without holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn scale_out_refuses_hold_seconds_and_answers_confirm_as_a_deployment_without_holds() {
-    let app = App::spawn(crate::helpers::Deploy::ScaleOut).await;
-    let (s, code) = app
-        .refusal(
-            Method::POST,
-            "/v1/campaigns",
-            Some(json!({"id": "so", "stock": 2, "hold_seconds": 60})),
-        )
-        .await;
-    assert_eq!((s, code.as_str()), (400, "invalid_request"));
-    let (s, _) = app.admin(Method::GET, "/v1/campaigns/so", None).await;
-    assert_eq!(s, 404, "nothing was created");
-    app.create(json!({"id": "so", "stock": 2})).await;
-    let won = app.claim("so", "u1", 1).await;
-    assert_eq!((won.state, won.pay_by), (None, None));
-    app.settle().await;
-    let id = won.order_id.unwrap();
-    let (s, code) = app
-        .refusal(Method::POST, &format!("/v1/orders/{id}/confirm"), None)
-        .await;
-    assert_eq!((s, code.as_str()), (400, "invalid_request"));
-    let (s, code) = app
-        .refusal(Method::POST, "/v1/orders/so-99/confirm", None)
-        .await;
-    assert_eq!((s, code.as_str()), (404, "not_found"));
-    assert_eq!(state_of(&app, &id).await, OrderState::Active);
 }

@@ -19,14 +19,14 @@ use super::{check_exact, won_of};
 use crate::helpers::{App, Deploy};
 use crate::servers::RedisServer;
 
-fn state(id: &str) -> CampaignState {
+fn state(id: &str, hold_seconds: Option<u32>) -> CampaignState {
     let def = CampaignDef {
         id: id.into(),
         kind: Kind::Codes,
         per_user_limit: 3,
         starts_at: None,
         ends_at: None,
-        hold_seconds: None,
+        hold_seconds,
     };
     let codes = (0..60).map(|i| format!("CODE-{i:03}")).collect();
     CampaignState::new(def, 60, codes, Status::Active)
@@ -36,6 +36,8 @@ fn state(id: &str) -> CampaignState {
 fn neutral(a: &ClaimAnswer, id: &str) -> ClaimAnswer {
     let mut a = a.clone();
     a.order_id = a.order_id.map(|o| o.replacen(id, "X", 1));
+    // Deadlines come from each call's own TIME: compare that there is one.
+    a.pay_by = a.pay_by.map(|_| chrono::DateTime::UNIX_EPOCH);
     a
 }
 
@@ -53,6 +55,16 @@ fn describe(c: &seckill::engine::redis::Claimed, id: &str) -> String {
 /// stream of orders and the same campaign state afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_decides_exactly_as_claims_one_by_one() {
+    decide_alike(None).await;
+}
+
+/// The same with holds: the same pending orders (held entries, deadlines, `pending`) too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_holds_a_batch_decides_exactly_as_claims_one_by_one() {
+    decide_alike(Some(600)).await;
+}
+
+async fn decide_alike(hold: Option<u32>) {
     let redis = RedisServer::start(&[]);
     let target = RedisTarget {
         urls: vec![redis.url()],
@@ -69,7 +81,7 @@ async fn a_batch_decides_exactly_as_claims_one_by_one() {
     };
     for id in ["one", "many"] {
         assert!(scripts
-            .install(&mut conn, &state(id), 0, &[])
+            .install(&mut conn, &state(id, hold), 0, &[])
             .await
             .unwrap());
     }
@@ -148,7 +160,7 @@ async fn a_batch_decides_exactly_as_claims_one_by_one() {
     let x: i64 = conn.hget(a.meta(), "hver").await.unwrap();
     let y: i64 = conn.hget(b.meta(), "hver").await.unwrap();
     assert_eq!(x - hver0[0], y - hver0[1], "holders version bumps");
-    for field in ["remaining", "total", "status"] {
+    for field in ["remaining", "total", "status", "hold", "pending"] {
         let x: Option<String> = conn.hget(a.meta(), field).await.unwrap();
         let y: Option<String> = conn.hget(b.meta(), field).await.unwrap();
         assert_eq!(x, y, "meta field {field}");
@@ -156,6 +168,23 @@ async fn a_batch_decides_exactly_as_claims_one_by_one() {
     let x: std::collections::BTreeMap<String, String> = conn.hgetall(a.users()).await.unwrap();
     let y: std::collections::BTreeMap<String, String> = conn.hgetall(b.users()).await.unwrap();
     assert_eq!(x, y, "holdings");
+    // Pending orders: the same users, quantities and codes (their times are each call's own).
+    let held = |m: std::collections::BTreeMap<String, String>, id: &str| {
+        m.into_iter()
+            .map(|(k, v)| {
+                let lines: Vec<&str> = v.split('\n').collect();
+                let kept = [&lines[..2], &lines[4..]].concat().join("\n");
+                (k.replacen(id, "X", 1), kept)
+            })
+            .collect::<Vec<_>>()
+    };
+    let x: std::collections::BTreeMap<String, String> = conn.hgetall(a.held()).await.unwrap();
+    let y: std::collections::BTreeMap<String, String> = conn.hgetall(b.held()).await.unwrap();
+    assert_eq!(x.is_empty(), hold.is_none());
+    assert_eq!(held(x, "one"), held(y, "many"), "pending orders");
+    let x: u64 = conn.zcard(a.deadlines()).await.unwrap();
+    let y: u64 = conn.zcard(b.deadlines()).await.unwrap();
+    assert_eq!(x, y, "deadlines");
     let x: Option<String> = conn.get(a.seq()).await.unwrap();
     let y: Option<String> = conn.get(b.seq()).await.unwrap();
     assert_eq!(x, y, "order numbers");
@@ -163,7 +192,7 @@ async fn a_batch_decides_exactly_as_claims_one_by_one() {
         s.ids
             .into_iter()
             .map(|e| {
-                ["order_id", "user", "qty", "codes"]
+                ["order_id", "user", "qty", "codes", "kind"]
                     .iter()
                     .map(|f| e.get::<String>(f).unwrap_or_default().replacen(id, "X", 1))
                     .collect()
@@ -175,6 +204,12 @@ async fn a_batch_decides_exactly_as_claims_one_by_one() {
     let (x, y) = (entries(x, "one"), entries(y, "many"));
     assert!(!x.is_empty());
     assert_eq!(x, y, "the streams of orders differ");
+    if hold.is_some() {
+        let s: redis::streams::StreamRangeReply = conn.xrange_all(a.orders()).await.unwrap();
+        assert!(s.ids.iter().all(|e| e.get::<String>("pay_by").is_some()));
+        let won = one.iter().filter(|a| a.contains("Won")).count();
+        assert!(one.iter().filter(|a| a.contains("Some(Pending)")).count() == won);
+    }
 }
 
 /// Evalsha calls (claim scripts included) Redis has run so far.

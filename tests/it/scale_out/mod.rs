@@ -12,6 +12,7 @@ mod cluster_outage;
 mod fail_open;
 mod guards;
 mod holders;
+mod holds_ledger;
 mod outages;
 mod pg_refuses;
 mod pipeline;

@@ -9,14 +9,17 @@
 -- a script's first write, so once an order is appended every later write of the batch succeeds.
 --
 -- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
---                                 hver (holders version), fenced (fence.lua)
+--                                 hver (holders version), fenced (fence.lua), hold, pending
 -- KEYS[2] {c:<id>}:users   hash   user -> units held
 -- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
 -- KEYS[4] {c:<id>}:seq     string last order number
--- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes)
--- KEYS[6] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time
+-- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes,
+--                                 pay_by with holds)
+-- KEYS[6] {c:<id>}:held    hash   pending orders of a campaign with holds (as in claim.lua)
+-- KEYS[7] {c:<id>}:deadlines zset order_id by pay_by (µs)
+-- KEYS[8] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time
 --         bucket of ARGV[2] seconds (as in claim.lua)
--- KEYS[7…] {c:<id>}:idem:…  the stored answers of the batch's claims that carry an
+-- KEYS[9…] {c:<id>}:idem:…  the stored answers of the batch's claims that carry an
 --         Idempotency-Key, referenced by index from the claims below
 -- ARGV[1] retention in seconds of a won answer
 -- ARGV[2] retention in seconds of a rejection answer
@@ -39,7 +42,7 @@ local function answer(outcome, order_id, qty, remaining, held, codes)
 end
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind',
-                    'id', 'fenced')
+                    'id', 'fenced', 'hold')
 local status = m[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -64,13 +67,14 @@ local limit = tonumber(m[4])
 local remaining = tonumber(m[5])
 local seq = nil
 local wins = 0
+local pending = 0
 local changed = {}
 
 local function keep_rejection(idem, user, encoded)
   local ttl = tonumber(ARGV[2])
   local bucket = math.floor(secs / ttl)
-  local cur = KEYS[6] .. string.format('%d', bucket)
-  local prev = KEYS[6] .. string.format('%d', bucket - 1)
+  local cur = KEYS[8] .. string.format('%d', bucket)
+  local prev = KEYS[8] .. string.format('%d', bucket - 1)
   local c = redis.call('HMGET', cur, '', user)
   local p = redis.call('HMGET', prev, '', user)
   local all = tonumber(c[1] or '0') + tonumber(p[1] or '0')
@@ -97,14 +101,25 @@ local function decide(user, qty)
   if not seq then seq = tonumber(redis.call('GET', KEYS[4]) or '0') end
   seq = seq + 1
   local order_id = m[7] .. '-' .. int(seq)
+  local entry = {'order_id', order_id, 'user', user, 'qty', int(qty), 'at', int(now)}
   if codes then
-    redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
-               'at', int(now), 'codes', table.concat(codes, '\n'))
-  else
-    redis.call('XADD', KEYS[5], '*', 'order_id', order_id, 'user', user, 'qty', int(qty),
-               'at', int(now))
+    entry[#entry + 1] = 'codes'; entry[#entry + 1] = table.concat(codes, '\n')
   end
-  return answer('won', order_id, qty, nil, nil, codes), true
+  local outcome = 'won'
+  if m[9] then
+    local pay_by = int(now + tonumber(m[9]) * 1000000)
+    local lines = {user, int(qty), int(now), pay_by}
+    if codes then
+      for j = 1, #codes do lines[#lines + 1] = codes[j] end
+    end
+    redis.call('HSET', KEYS[6], order_id, table.concat(lines, '\n'))
+    redis.call('ZADD', KEYS[7], pay_by, order_id)
+    pending = pending + qty
+    entry[#entry + 1] = 'pay_by'; entry[#entry + 1] = pay_by
+    outcome = 'won:' .. pay_by
+  end
+  redis.call('XADD', KEYS[5], '*', unpack(entry))
+  return answer(outcome, order_id, qty, nil, nil, codes), true
 end
 
 local out = {}
@@ -141,5 +156,6 @@ if wins > 0 then
   redis.call('HSET', KEYS[1], 'remaining', int(remaining))
   redis.call('HINCRBY', KEYS[1], 'hver', wins)
   redis.call('SET', KEYS[4], int(seq))
+  if pending > 0 then redis.call('HINCRBY', KEYS[1], 'pending', pending) end
 end
 return out

@@ -6,6 +6,8 @@
 -- KEYS[2] {c:<id>}:users     hash  user -> units held
 -- KEYS[3] {c:<id>}:codes     list  the codes go back to the head, in their order
 -- KEYS[4] {c:<id>}:released  set   order ids already released
+-- KEYS[5] {c:<id>}:held      hash  pending orders: a released one leaves it (and KEYS[6])
+-- KEYS[6] {c:<id>}:deadlines zset  so no later expiry or cancel gives its units back again
 -- ARGV[1] order id   ARGV[2] user id   ARGV[3] qty   ARGV[4…] codes of the order
 -- Returns 1 if released now, 0 if it had been already, -1 if the campaign is not in Redis.
 
@@ -22,5 +24,9 @@ else
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
 redis.call('HINCRBY', KEYS[1], 'hver', 1)
+if KEYS[5] and redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('HINCRBY', KEYS[1], 'pending', -qty)
+end
 for i = #ARGV, 4, -1 do redis.call('LPUSH', KEYS[3], ARGV[i]) end
 return 1

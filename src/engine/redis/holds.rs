@@ -1,0 +1,337 @@
+//! Holds in the scale-out deployment: confirm, cancel and expiry of pending orders, decided
+//! by Redis.
+//!
+//! Redis is the arbiter of every resolution of a pending order. A won order of a campaign with
+//! holds sits in its campaign's `held` hash and `deadlines` zset (claim.lua / claims.lua);
+//! `confirm.lua`, `cancel_hold.lua` and `expire.lua` each take it out in one atomic step of the
+//! campaign's slot, judged by Redis's own `TIME` — one clock for every instance — and append
+//! the transition (`kind` = confirmed | expired | cancelled, `resolved_at`, the whole order
+//! again) to the campaign's order stream in that same step. Whichever script runs first owns
+//! the order; the others find it in the `resolved` hash and answer from it, so a second confirm
+//! answers the same even before PostgreSQL caught up. PostgreSQL learns every transition from
+//! the pipeline, in stream order and idempotently.
+//!
+//! The deadline decides, not the sweeper: a confirm at or after `pay_by` expires the order on
+//! the spot and is refused (409). The sweeper ([`sweep_loop`], every [`SWEEP_EVERY`] in every
+//! instance) runs `expire.lua` for each campaign of the global [`HOLDS_SET`]; any instance
+//! may expire an order and none twice, since the script is the arbiter. Before an instance
+//! serves, it sweeps once (`startup.rs`), so orders overdue while nothing ran go back first.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use redis::{AsyncCommands, Script};
+
+use super::keys::{Keys, HOLDS_SET};
+use super::scripts::{timer, Scripts};
+use super::{redis_failed, RedisConn, ScaleOut};
+use crate::domain::{parse_order_id, Error, Order, OrderState};
+use crate::engine::hold_stats::{being_resolved, no_holds, not_confirmable, overdue};
+use crate::ledger::Ledger;
+
+/// The supervised task of the expiry sweeper.
+pub const TASK: &str = "holds-sweeper";
+
+/// How often each instance looks for due deadlines.
+pub const SWEEP_EVERY: Duration = Duration::from_millis(50);
+
+/// Most orders one `expire.lua` call expires (the script runs while Redis serves nothing else).
+const MAX_EXPIRE_BATCH: u64 = 1000;
+
+/// The scripts that resolve pending orders.
+pub(super) struct HoldScripts {
+    pub(super) confirm: Script,
+    pub(super) cancel: Script,
+    pub(super) expire: Script,
+}
+
+impl Default for HoldScripts {
+    fn default() -> Self {
+        Self {
+            confirm: Script::new(include_str!("lua/confirm.lua")),
+            cancel: Script::new(include_str!("lua/cancel_hold.lua")),
+            expire: Script::new(include_str!("lua/expire.lua")),
+        }
+    }
+}
+
+/// The `held` entry of a pending order: user, qty, at, pay_by (µs), then its codes, one a line.
+pub(super) fn held_lines(
+    user: &str,
+    qty: u64,
+    at: DateTime<Utc>,
+    pay_by: DateTime<Utc>,
+    codes: &[String],
+) -> String {
+    let mut lines = vec![
+        user.to_owned(),
+        qty.to_string(),
+        at.timestamp_micros().to_string(),
+        pay_by.timestamp_micros().to_string(),
+    ];
+    lines.extend(codes.iter().cloned());
+    lines.join("\n")
+}
+
+/// The order of a `resolved` record (state, resolved_at, then the held lines), as the ledger
+/// will hold it once the pipeline applied the transition.
+pub fn order_of_record(order_id: &str, record: &str) -> Option<Order> {
+    let (campaign_id, _) = parse_order_id(order_id).ok()?;
+    let mut lines = record.split('\n');
+    let state = OrderState::parse(lines.next()?)?;
+    let micros = |s: Option<&str>| {
+        s.and_then(|s| s.parse().ok())
+            .and_then(DateTime::from_timestamp_micros)
+    };
+    let resolved_at = micros(lines.next())?;
+    let user_id = lines.next()?.to_owned();
+    let qty = lines.next()?.parse().ok()?;
+    let created_at = micros(lines.next())?;
+    let pay_by = micros(lines.next())?;
+    let codes: Vec<String> = lines.map(str::to_owned).collect();
+    let cancelled = state == OrderState::Cancelled;
+    Some(Order {
+        order_id: order_id.to_owned(),
+        campaign_id: campaign_id.to_owned(),
+        user_id,
+        qty,
+        codes: (!codes.is_empty()).then_some(codes),
+        state,
+        created_at,
+        cancelled_at: cancelled.then_some(resolved_at),
+        pay_by: Some(pay_by),
+        resolved_at: (!cancelled).then_some(resolved_at),
+    })
+}
+
+/// Which resolution a caller asks the gate for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Resolution {
+    Confirm,
+    Cancel,
+}
+
+/// What the gate answered about a pending order.
+#[derive(Debug)]
+pub(super) enum HoldOutcome {
+    /// Resolved now by this call (confirmed, or cancelled).
+    Now(Order),
+    /// A confirm at or after `pay_by`: the order expired now.
+    Overdue(Order),
+    /// Resolved before (the gate's record of it).
+    Earlier(Order),
+    /// Not pending in the gate: never a hold, or resolved before the gate was rebuilt.
+    NotPending,
+}
+
+/// What one `expire.lua` call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// Orders expired now; `None` if the campaign is not in Redis or is fenced.
+    pub expired: Option<u64>,
+    /// The earliest `pay_by` still pending.
+    pub next: Option<DateTime<Utc>>,
+    pub late_sum_us: u64,
+    pub late_max_us: u64,
+}
+
+impl Scripts {
+    /// Runs confirm.lua or cancel_hold.lua on `order_id`: the script's tag and value.
+    pub async fn resolve_hold(
+        &self,
+        conn: &mut RedisConn,
+        confirm: bool,
+        campaign: &str,
+        order_id: &str,
+    ) -> redis::RedisResult<(String, String)> {
+        let k = Keys::new(campaign);
+        let (script, name) = match confirm {
+            true => (&self.holds.confirm, "confirm"),
+            false => (&self.holds.cancel, "cancel_hold"),
+        };
+        let mut inv = script.prepare_invoke();
+        inv.key(k.meta())
+            .key(k.users())
+            .key(k.codes())
+            .key(k.released())
+            .key(k.held())
+            .key(k.deadlines())
+            .key(k.resolved())
+            .key(k.orders())
+            .arg(order_id);
+        let _t = timer(name);
+        inv.invoke_async(conn).await
+    }
+
+    /// Expires at most `max` due pending orders of `campaign` (expire.lua).
+    pub async fn expire_due(
+        &self,
+        conn: &mut RedisConn,
+        campaign: &str,
+        max: u64,
+    ) -> redis::RedisResult<Expired> {
+        let k = Keys::new(campaign);
+        let mut inv = self.holds.expire.prepare_invoke();
+        inv.key(k.meta())
+            .key(k.users())
+            .key(k.codes())
+            .key(k.released())
+            .key(k.held())
+            .key(k.deadlines())
+            .key(k.resolved())
+            .key(k.orders())
+            .arg(max);
+        let _t = timer("expire");
+        let (n, next, sum, max): (i64, String, u64, u64) = inv.invoke_async(conn).await?;
+        let next = next
+            .parse::<f64>()
+            .ok()
+            .and_then(|us| DateTime::from_timestamp_micros(us as i64));
+        Ok(Expired {
+            expired: u64::try_from(n).ok(),
+            next,
+            late_sum_us: sum,
+            late_max_us: max,
+        })
+    }
+}
+
+impl ScaleOut {
+    /// Asks the gate to resolve a pending order; rebuilds a campaign Redis lost once.
+    pub(super) async fn resolve(
+        &self,
+        what: Resolution,
+        campaign: &str,
+        order_id: &str,
+    ) -> Result<HoldOutcome, Error> {
+        let confirm = matches!(what, Resolution::Confirm);
+        for attempt in 0..2 {
+            let (tag, value) = self
+                .scripts
+                .resolve_hold(&mut self.conn(), confirm, campaign, order_id)
+                .await
+                .map_err(redis_failed("Redis did not answer; nothing was changed"))?;
+            let order = || {
+                order_of_record(order_id, &value).ok_or_else(|| {
+                    Error::unavailable("the gate's record of the order is malformed", order_id)
+                })
+            };
+            return match tag.as_str() {
+                "confirmed" | "cancelled" => Ok(HoldOutcome::Now(order()?)),
+                "overdue" => Ok(HoldOutcome::Overdue(order()?)),
+                "resolved" => Ok(HoldOutcome::Earlier(order()?)),
+                "none" => Ok(HoldOutcome::NotPending),
+                "fenced" => Err(Error::Unavailable(format!(
+                    "campaign '{campaign}' is being rebuilt from the ledger after Redis lost \
+                     state; nothing was changed, retry later"
+                ))),
+                "missing" if attempt == 0 => {
+                    match self.install_from_ledger(campaign).await {
+                        Err(Error::NotFound(_)) => return Err(Error::order_not_found(order_id)),
+                        r => r?,
+                    }
+                    continue;
+                }
+                _ => Err(Error::Unavailable(format!(
+                    "campaign '{campaign}' keeps disappearing from Redis; retry later"
+                ))),
+            };
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    /// Confirms a pending order (see docs/HOLDS.md for the answers).
+    pub(super) async fn confirm_order(&self, order_id: &str) -> Result<Order, Error> {
+        let (campaign, seq) = parse_order_id(order_id)?;
+        match self
+            .resolve(Resolution::Confirm, campaign, order_id)
+            .await?
+        {
+            HoldOutcome::Now(order) => {
+                self.hold_stats.confirmed();
+                tracing::debug!(order = order_id, "order confirmed");
+                Ok(order)
+            }
+            HoldOutcome::Overdue(order) => {
+                let late = (order.resolved_at.unwrap_or(order.created_at)
+                    - order.pay_by.unwrap_or(order.created_at))
+                .num_microseconds()
+                .unwrap_or(0)
+                .max(0) as u64;
+                self.hold_stats.expired(1, late, late);
+                Err(overdue(&order))
+            }
+            HoldOutcome::Earlier(order) if order.state == OrderState::Confirmed => {
+                // A confirmed order may have been cancelled since, in the ledger.
+                match self.ledger.order(order_id).await {
+                    Ok(Some(o)) if o.state == OrderState::Cancelled => Err(not_confirmable(&o)),
+                    _ => Ok(order),
+                }
+            }
+            HoldOutcome::Earlier(order) => Err(not_confirmable(&order)),
+            HoldOutcome::NotPending => {
+                let order = self.settled_order(campaign, seq, order_id).await?;
+                match order.state {
+                    OrderState::Confirmed => Ok(order),
+                    OrderState::Expired | OrderState::Cancelled => Err(not_confirmable(&order)),
+                    OrderState::Active => Err(no_holds(order_id)),
+                    OrderState::Pending => Err(being_resolved(order_id)),
+                }
+            }
+        }
+    }
+
+    /// Registers a campaign with holds for the sweepers (before it is installed).
+    pub(super) async fn note_holds(&self, campaign: &str) -> redis::RedisResult<()> {
+        self.conn().sadd(HOLDS_SET, campaign).await
+    }
+
+    /// Expires every due pending order of every campaign with holds; the number expired.
+    pub async fn sweep(&self) -> Result<u64, Error> {
+        let failed = "expiring pending orders failed";
+        let ids: Vec<String> = self
+            .conn()
+            .smembers(HOLDS_SET)
+            .await
+            .map_err(redis_failed(failed))?;
+        let mut n = 0;
+        for id in ids {
+            loop {
+                let e = self
+                    .scripts
+                    .expire_due(&mut self.conn(), &id, MAX_EXPIRE_BATCH)
+                    .await
+                    .map_err(redis_failed(failed))?;
+                let Some(expired) = e.expired.filter(|n| *n > 0) else {
+                    break;
+                };
+                self.hold_stats
+                    .expired(expired, e.late_sum_us, e.late_max_us);
+                self.stock.changed(&id).await;
+                tracing::debug!(campaign = %id, expired, "pending orders expired");
+                n += expired;
+                if expired < MAX_EXPIRE_BATCH {
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Expires due orders every [`SWEEP_EVERY`] until the engine is dropped.
+pub(super) async fn sweep_loop(me: Weak<ScaleOut>) -> anyhow::Result<()> {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(me) = me.upgrade() else {
+            return Ok(());
+        };
+        if let Err(e) = me.sweep().await {
+            // Redis is down for a moment: the next tick tries again.
+            tracing::debug!(error = %e, "expiring pending orders failed; retrying");
+        }
+    }
+}

@@ -1,0 +1,62 @@
+-- confirm.lua: confirms a pending order before its pay_by, judged by this Redis server's
+-- clock (TIME), the one clock every instance shares. The order is taken out of the held hash
+-- and the deadlines exactly once, in the same step as its transition entry is appended to the
+-- campaign's stream, so a confirm, an expiry (expire.lua) and a cancel (cancel_hold.lua) of
+-- one order can never both happen. A confirm at or after pay_by expires the order on the spot
+-- (units, codes and allowance back, as release.lua gives them), so the refusal and the order
+-- agree.
+--
+-- KEYS[1] {c:<id>}:meta      hash   remaining, total, hver, fenced, hold, pending
+-- KEYS[2] {c:<id>}:users     hash   user -> units held
+-- KEYS[3] {c:<id>}:codes     list   code pool (an expired order's codes go back to its head)
+-- KEYS[4] {c:<id>}:released  set    order ids whose units went back
+-- KEYS[5] {c:<id>}:held      hash   order_id -> user, qty, at, pay_by, codes… (lines)
+-- KEYS[6] {c:<id>}:deadlines zset   order_id by pay_by (µs)
+-- KEYS[7] {c:<id>}:resolved  hash   order_id -> state, resolved_at, then the held lines
+-- KEYS[8] {c:<id>}:orders    stream transition entries (kind, resolved_at, the whole order)
+-- ARGV[1] order id
+-- Returns {tag, value}: 'confirmed' (now) or 'overdue' (expired now) with the resolved
+-- record; 'resolved' with the record of an earlier resolution; 'none' with the campaign's
+-- hold seconds ('' = a campaign without holds) when the order is not pending here;
+-- 'missing' (campaign not in Redis) or 'fenced' (being rebuilt; nothing changed) with ''.
+
+local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'hold', 'total', 'remaining')
+if not m[1] then return {'missing', ''} end
+if m[2] then return {'fenced', ''} end
+local id = ARGV[1]
+local done = redis.call('HGET', KEYS[7], id)
+if done then return {'resolved', done} end
+local held = redis.call('HGET', KEYS[5], id)
+if not held then return {'none', m[3] or ''} end
+
+local function int(n) return string.format('%d', n) end
+local f = {}
+for line in string.gmatch(held .. '\n', '([^\n]*)\n') do f[#f + 1] = line end
+local user, qty, at, pay_by = f[1], tonumber(f[2]), f[3], f[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local kind = 'confirmed'
+if now >= tonumber(pay_by) then kind = 'expired' end
+
+redis.call('HDEL', KEYS[5], id)
+redis.call('ZREM', KEYS[6], id)
+redis.call('HINCRBY', KEYS[1], 'pending', -qty)
+if kind == 'expired' then
+  redis.call('SADD', KEYS[4], id)
+  local remaining = math.min(tonumber(m[5]) + qty, tonumber(m[4]))
+  redis.call('HSET', KEYS[1], 'remaining', int(remaining))
+  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - qty
+  if left > 0 then redis.call('HSET', KEYS[2], user, int(left)) else redis.call('HDEL', KEYS[2], user) end
+  redis.call('HINCRBY', KEYS[1], 'hver', 1)
+  for i = #f, 5, -1 do redis.call('LPUSH', KEYS[3], f[i]) end
+end
+local record = kind .. '\n' .. int(now) .. '\n' .. held
+redis.call('HSET', KEYS[7], id, record)
+local entry = {'kind', kind, 'resolved_at', int(now), 'order_id', id, 'user', user,
+               'qty', int(qty), 'at', at, 'pay_by', pay_by}
+if #f > 4 then
+  entry[#entry + 1] = 'codes'; entry[#entry + 1] = table.concat(f, '\n', 5)
+end
+redis.call('XADD', KEYS[8], '*', unpack(entry))
+if kind == 'expired' then return {'overdue', record} end
+return {'confirmed', record}

@@ -1,0 +1,134 @@
+//! Applying a batch of the order pipeline to PostgreSQL: one transaction, in stream order.
+//!
+//! A batch holds new orders and, for campaigns with holds, transitions of pending orders
+//! ([`PipelineWrite`]). New orders are inserted many rows per statement with
+//! `ON CONFLICT DO NOTHING` (a redelivered entry is harmless); a transition is one upsert
+//! (`postgres_holds`). The two must not reorder one order's entries, so the pending run of new
+//! orders is inserted before a transition of an order in that run is applied; a batch of a
+//! campaign without holds is one run, inserted as before holds existed.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::PgConnection;
+
+use super::postgres::{insert_orders, PgLedger, SELECT_ORDER};
+use super::postgres_holds::{self, Applied, Transition};
+use super::rows::OrderRow;
+use crate::domain::Order;
+
+/// What one stream entry asks of the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PipelineWrite {
+    /// A won order: `active`, or `pending` with its `pay_by`.
+    Order(Order),
+    /// A pending order's resolution, decided in Redis.
+    Transition(Transition),
+}
+
+impl PipelineWrite {
+    /// The order the entry is about.
+    pub fn order(&self) -> &Order {
+        match self {
+            PipelineWrite::Order(o) => o,
+            PipelineWrite::Transition(t) => &t.order,
+        }
+    }
+}
+
+/// What a committed batch did besides applying its writes.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct PipelineOutcome {
+    /// New orders whose id the ledger already holds for a *different* order: Redis lost
+    /// acknowledged writes and reissued the id. Nothing was written for them.
+    pub collisions: Vec<Order>,
+    /// Transitions that contradict the ledger, by their index in the batch, with the reason.
+    /// Nothing was written for them.
+    pub contradictions: Vec<(usize, String)>,
+}
+
+/// Inserts a run of new orders; returns the ones that collide with a different stored order
+/// (same user, qty, codes and time is a harmless redelivery, whatever the row's state).
+async fn insert_run(conn: &mut PgConnection, run: &[&Order]) -> anyhow::Result<Vec<Order>> {
+    let inserted = insert_orders(conn, run).await?;
+    let mut collisions = Vec::new();
+    if inserted < run.len() as u64 {
+        let ids: Vec<&str> = run.iter().map(|o| o.order_id.as_str()).collect();
+        let existing: Vec<OrderRow> =
+            sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
+                .bind(&ids)
+                .fetch_all(&mut *conn)
+                .await?;
+        let existing: HashMap<String, Order> = existing
+            .into_iter()
+            .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
+            .collect::<anyhow::Result<_>>()?;
+        for o in run {
+            if let Some(e) = existing.get(&o.order_id) {
+                let same = e.campaign_id == o.campaign_id
+                    && e.user_id == o.user_id
+                    && e.qty == o.qty
+                    && e.codes == o.codes
+                    && e.created_at == o.created_at;
+                if !same {
+                    collisions.push((*o).clone());
+                }
+            }
+        }
+    }
+    Ok(collisions)
+}
+
+impl PgLedger {
+    /// Applies a batch of the pipeline in one transaction, in order (see the module docs).
+    ///
+    /// With `fence = Some((job, f))` the same transaction first records `f` as `job`'s fence in
+    /// `job_fences`; if a higher fence was recorded already (another holder of the job's lease
+    /// wrote since), nothing is written and the error is [`StaleFence`](crate::lock::fenced::StaleFence).
+    pub async fn apply_pipeline(
+        &self,
+        writes: &[PipelineWrite],
+        fence: Option<(&str, u64)>,
+    ) -> anyhow::Result<PipelineOutcome> {
+        let mut tx = self.pool.begin().await?;
+        if let Some((job, f)) = fence {
+            crate::lock::fenced::require(&mut tx, job, f).await?;
+        }
+        let mut out = PipelineOutcome::default();
+        let mut run: Vec<&Order> = Vec::new();
+        let mut in_run: HashSet<&str> = HashSet::new();
+        for (i, w) in writes.iter().enumerate() {
+            match w {
+                PipelineWrite::Order(o) => {
+                    run.push(o);
+                    in_run.insert(&o.order_id);
+                }
+                PipelineWrite::Transition(t) => {
+                    if in_run.contains(t.order.order_id.as_str()) {
+                        out.collisions.extend(insert_run(&mut tx, &run).await?);
+                        run.clear();
+                        in_run.clear();
+                    }
+                    if let Applied::Contradiction(why) = postgres_holds::apply(&mut tx, t).await? {
+                        out.contradictions.push((i, why));
+                    }
+                }
+            }
+        }
+        out.collisions.extend(insert_run(&mut tx, &run).await?);
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Inserts orders from the pipeline in one transaction, idempotently
+    /// ([`PgLedger::apply_pipeline`] of new orders only). Returns the ones whose order id the
+    /// ledger already holds for a *different* order: Redis lost acknowledged writes and
+    /// reissued the id.
+    pub async fn insert_pipeline_orders(
+        &self,
+        orders: &[Order],
+        fence: Option<(&str, u64)>,
+    ) -> anyhow::Result<Vec<Order>> {
+        let writes: Vec<PipelineWrite> = orders.iter().cloned().map(PipelineWrite::Order).collect();
+        Ok(self.apply_pipeline(&writes, fence).await?.collisions)
+    }
+}
