@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The cost of holds on the claim path and the expiry lateness under load (docs/HOLDS.md).
-# One embedded server, two campaigns side by side: `plain` (no holds) and `held`
-# (hold_seconds=1, so every win expires a second later while the storm goes on). The `hot`
-# storm runs against plain, held, plain, held, each for DURATION; then /metrics gives the
-# expiries and their lateness (pay_by → units back).
+# One embedded server, three campaigns side by side: `plain` (no holds), `long`
+# (hold_seconds=86400: every win stays pending, so the storm pays the claim path's share of
+# holds only) and `held` (hold_seconds=1: every win also expires a second later while the storm
+# goes on, the worst case). The `hot` storm runs against plain, long, held, twice, each for
+# DURATION; then /metrics gives the expiries and their lateness (pay_by → units back).
 #
 # usage: scripts/bench-holds.sh [duration=10s] [binary=target/release/seckill]
 set -euo pipefail
@@ -31,10 +32,11 @@ for _ in $(seq 200); do curl -sf "$URL/healthz" >/dev/null && break; sleep 0.05;
 
 admin() { curl -sf -XPOST "$URL$1" -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' -d "$2"; echo; }
 admin /v1/campaigns '{"id": "plain", "stock": 1000000000, "per_user_limit": 1}' >/dev/null
+admin /v1/campaigns '{"id": "long", "stock": 1000000000, "per_user_limit": 1, "hold_seconds": 86400}' >/dev/null
 admin /v1/campaigns '{"id": "held", "stock": 1000000000, "per_user_limit": 1, "hold_seconds": 1}' >/dev/null
 
 echo "# holds on the claim path: hot storm of $DUR per run ($(date -u +%FT%TZ), $(nproc) cores, $BIN)"
-for c in plain held plain held; do
+for c in plain long held plain long held; do
     out=$("$BIN" bench --url "$URL" --admin-token "$TOKEN" --campaign "$c" --scenario hot \
         -z "$DUR" --no-verify --json)
     python3 -c 'import json,sys; r=json.loads(sys.argv[2]); t=r.get("throughput") or r;

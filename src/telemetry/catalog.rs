@@ -78,7 +78,7 @@ pub const FAMILIES: &[Family] = &[
     f(CAMPAIGN_ADMISSION_REFUSED, Counter, "campaign", "Claims refused by the admission gate"),
     f(CAMPAIGN_REMAINING, Gauge, "campaign", "Remaining stock as this instance's stock board sees it"),
     f(CAMPAIGN_PENDING, Gauge, "campaign",
-      "Units in pending orders (holds; campaigns with hold_seconds only; embedded)"),
+      "Units in pending orders (holds; campaigns with hold_seconds only; scale-out: the gate's count as this instance's sweeper last read it)"),
     f(CAMPAIGN_LABELS_OVERFLOW, Gauge, "",
       "Campaigns counted under campaign=\"other\" because the per-campaign label cap was reached"),
     f(COMMIT_BATCH, Histogram, "", "Ledger writes per group commit (embedded)"),

@@ -134,6 +134,8 @@ pub struct Expired {
     pub next: Option<DateTime<Utc>>,
     pub late_sum_us: u64,
     pub late_max_us: u64,
+    /// Units still pending in the campaign after this call.
+    pub pending: u64,
 }
 
 impl Scripts {
@@ -183,7 +185,8 @@ impl Scripts {
             .key(k.orders())
             .arg(max);
         let _t = timer("expire");
-        let (n, next, sum, max): (i64, String, u64, u64) = inv.invoke_async(conn).await?;
+        let (n, next, sum, max, pending): (i64, String, u64, u64, u64) =
+            inv.invoke_async(conn).await?;
         let next = next
             .parse::<f64>()
             .ok()
@@ -193,6 +196,7 @@ impl Scripts {
             next,
             late_sum_us: sum,
             late_max_us: max,
+            pending,
         })
     }
 }
@@ -296,6 +300,7 @@ impl ScaleOut {
             .await
             .map_err(redis_failed(failed))?;
         let mut n = 0;
+        let mut pending = std::collections::HashMap::with_capacity(ids.len());
         for id in ids {
             loop {
                 let e = self
@@ -303,6 +308,9 @@ impl ScaleOut {
                     .expire_due(&mut self.conn(), &id, MAX_EXPIRE_BATCH)
                     .await
                     .map_err(redis_failed(failed))?;
+                if e.expired.is_some() {
+                    pending.insert(id.clone(), e.pending);
+                }
                 let Some(expired) = e.expired.filter(|n| *n > 0) else {
                     break;
                 };
@@ -316,6 +324,9 @@ impl ScaleOut {
                 }
             }
         }
+        // Every instance's sweeper reads the gate's count, so each one exports the same value
+        // (the gauge is the deployment's, not the instance's).
+        *self.pending_units.lock() = pending;
         Ok(n)
     }
 }

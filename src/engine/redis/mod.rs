@@ -107,6 +107,8 @@ pub struct ScaleOut {
     locks: crate::lock::Locks,
     /// Confirms and expiries this instance made, for `/metrics`.
     hold_stats: crate::engine::hold_stats::HoldStats,
+    /// Units pending per campaign with holds, as the last sweep read them from the gate.
+    pending_units: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -362,5 +364,11 @@ impl Backend for ScaleOut {
     fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
         self.settings.refresh_metrics(registry);
         self.hold_stats.refresh(registry);
+        // Campaigns with holds are the admin's, so the label set is bounded as on embedded.
+        for (id, units) in self.pending_units.lock().iter() {
+            registry
+                .campaign_gauge(crate::telemetry::catalog::CAMPAIGN_PENDING, id)
+                .set(*units as f64);
+        }
     }
 }

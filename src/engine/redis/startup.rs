@@ -91,6 +91,7 @@ impl ScaleOut {
             behind: catch_up::Behind::default(),
             locks,
             hold_stats: Default::default(),
+            pending_units: Default::default(),
             me: me.clone(),
         });
         // Instances starting together reconcile one after the other, under a lease.

@@ -40,6 +40,34 @@ async fn until_nothing_pending(c: &Client, id: &str) -> seckill::domain::Campaig
 
 const ORDERS: usize = 200;
 
+/// Polls the instance's `seckill_campaign_pending{campaign=id}` until it equals the units
+/// pending as the campaign view reports them (unchanged across the scrape); that value.
+async fn pending_gauge_matches_the_view(c: &Client, id: &str) -> u64 {
+    let series = format!("seckill_campaign_pending{{campaign=\"{id}\"}}");
+    let pending = || async { c.campaign(id).await.unwrap().holds.expect("holds").pending };
+    let mut last = None;
+    for _ in 0..100 {
+        let before = pending().await;
+        let text = c
+            .http()
+            .get(c.url("/metrics"))
+            .bearer_auth(crate::helpers::TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let gauge = seckill::guard::metrics::sample(&text, &series);
+        if gauge == Some(before) && pending().await == before {
+            return before;
+        }
+        last = Some((gauge, before));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{series} never matched the view's pending (last gauge, view: {last:?})");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_confirm_and_expire_each_order_exactly_once() {
     let redis = RedisServer::start(&[]);
@@ -70,6 +98,10 @@ async fn two_instances_confirm_and_expire_each_order_exactly_once() {
         .iter()
         .map(|o| (o.order_id.clone().unwrap(), o.pay_by.unwrap()))
         .collect();
+    // Both instances export the gate's count of pending units (not their own share).
+    for c in &clients {
+        assert!(pending_gauge_matches_the_view(c, "race").await > 0);
+    }
     let first = pay_by.values().min().unwrap();
     let wait = (*first - chrono::Utc::now() - chrono::Duration::milliseconds(300))
         .to_std()
@@ -110,6 +142,7 @@ async fn two_instances_confirm_and_expire_each_order_exactly_once() {
         .await;
 
     let v = until_nothing_pending(&clients[0], "race").await;
+    assert_eq!(pending_gauge_matches_the_view(&clients[1], "race").await, 0);
     settle_url(&clients[0]).await;
     settle_url(&clients[1]).await;
     let ledger = clients[1].all_orders("race").await.unwrap();

@@ -7,12 +7,13 @@
 --
 -- KEYS[1…8] as confirm.lua: meta, users, codes, released, held, deadlines, resolved, orders
 -- ARGV[1] most orders expired in this call
--- Returns {n, next, late_sum, late_max}: orders expired now, the earliest pay_by still
--- pending (µs, '' = none), and the sum and maximum of their lateness (TIME − pay_by, µs);
--- {-1, '', 0, 0} if the campaign is not in Redis or is fenced (nothing changed).
+-- Returns {n, next, late_sum, late_max, pending}: orders expired now, the earliest pay_by
+-- still pending (µs, '' = none), the sum and maximum of their lateness (TIME − pay_by, µs),
+-- and the units still pending after this call (for the seckill_campaign_pending gauge);
+-- {-1, '', 0, 0, 0} if the campaign is not in Redis or is fenced (nothing changed).
 
 local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'total', 'remaining')
-if not m[1] or m[2] then return {-1, '', 0, 0} end
+if not m[1] or m[2] then return {-1, '', 0, 0, 0} end
 local function int(n) return string.format('%d', n) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -56,4 +57,5 @@ if count > 0 then
   redis.call('HINCRBY', KEYS[1], 'hver', 1)
 end
 local next = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-return {count, next[2] or '', int(late_sum), int(late_max)}
+local pending = tonumber(redis.call('HGET', KEYS[1], 'pending') or '0')
+return {count, next[2] or '', int(late_sum), int(late_max), pending}
