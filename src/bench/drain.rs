@@ -4,15 +4,18 @@
 //! empty; it watches the ledger through the API instead. The rule: the ledger has drained when
 //! (1) every order id answered `won` is listed by `GET /v1/campaigns/{id}/orders`, and (2) two
 //! consecutive reads `interval` apart agree on the number of orders, the units in active
-//! orders and the campaign's `remaining`. An embedded deployment commits before it answers, so
-//! it drains on the second read; a streaming deployment drains once its consumers catch up.
+//! orders and the campaign's `remaining`, and (3) no listed order is still `pending` after its
+//! `pay_by`: its expiry is decided but not yet applied (in scale-out the gate expired it and the
+//! transition waits in the stream behind a slow or restarting consumer, so two equal reads
+//! prove nothing). An embedded deployment commits before it answers, so it drains on the
+//! second read; a streaming deployment drains once its consumers catch up.
 //! After `timeout` the bench verifies what it has, and missing orders become violations.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::bench::client::Client;
-use crate::domain::{CampaignView, Order};
+use crate::domain::{CampaignView, Order, OrderState};
 
 use super::storm::Win;
 
@@ -35,6 +38,15 @@ fn fingerprint(view: &CampaignView, orders: &[Order]) -> (usize, u64, u64) {
         .map(|o| o.qty)
         .sum();
     (orders.len(), active, view.remaining)
+}
+
+/// Orders listed as `pending` whose `pay_by` has passed: expiries not applied yet.
+fn overdue_pending(orders: &[Order]) -> usize {
+    let now = crate::domain::now();
+    orders
+        .iter()
+        .filter(|o| o.state == OrderState::Pending && o.pay_by.is_some_and(|p| p <= now))
+        .count()
 }
 
 pub async fn wait(
@@ -68,7 +80,7 @@ pub async fn wait(
         let print = fingerprint(&view, &orders);
         let listed: HashSet<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
         let all_won_listed = wins.iter().all(|w| listed.contains(w.order_id.as_str()));
-        let stable = previous == Some(print);
+        let stable = previous == Some(print) && overdue_pending(&orders) == 0;
         let timed_out = started.elapsed() >= timeout;
         if (all_won_listed && stable) || timed_out {
             return Ok(Drained {
@@ -82,6 +94,7 @@ pub async fn wait(
         tracing::debug!(
             orders = print.0,
             all_won_listed,
+            overdue_pending = overdue_pending(&orders),
             "waiting for the ledger to drain"
         );
         previous = Some(print);

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use reqwest::Method;
 use serde_json::json;
 
-use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::client::ClaimReply;
 use seckill::domain::{OrderState, Outcome};
 
 use super::race::resolutions;
@@ -25,17 +25,6 @@ struct Seen {
     won: Vec<String>,
     confirmed: HashSet<String>,
     refused: HashSet<String>,
-}
-
-async fn until_nothing_pending(client: &Client, id: &str) -> seckill::domain::CampaignView {
-    for _ in 0..500 {
-        let v = client.campaign(id).await.unwrap();
-        if v.holds.unwrap().pending == 0 {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("pending orders of {id} were not expired within 10 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -98,7 +87,7 @@ async fn kill_9_while_confirming_and_expiring_loses_and_repeats_nothing() {
 
     let second = Proc::start(dir.path());
     let client = second.client();
-    let view = until_nothing_pending(&client, "k").await;
+    let view = super::nothing_pending(&client, "k").await;
     let seen = std::mem::take(&mut *seen.lock());
     assert!(!seen.won.is_empty() && !seen.confirmed.is_empty());
     let orders: HashMap<String, _> = client

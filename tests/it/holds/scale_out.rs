@@ -26,18 +26,6 @@ async fn won(c: &Client, campaign: &str, user: &str) -> ClaimAnswer {
     }
 }
 
-/// Polls until the campaign has nothing pending; the view.
-async fn until_nothing_pending(c: &Client, id: &str) -> seckill::domain::CampaignView {
-    for _ in 0..600 {
-        let v = c.campaign(id).await.unwrap();
-        if v.holds.expect("holds").pending == 0 {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("pending orders of {id} were not expired within 12 s");
-}
-
 const ORDERS: usize = 200;
 
 /// Polls the instance's `seckill_campaign_pending{campaign=id}` until it equals the units
@@ -141,7 +129,7 @@ async fn two_instances_confirm_and_expire_each_order_exactly_once() {
         .collect()
         .await;
 
-    let v = until_nothing_pending(&clients[0], "race").await;
+    let v = super::nothing_pending(&clients[0], "race").await;
     assert_eq!(pending_gauge_matches_the_view(&clients[1], "race").await, 0);
     settle_url(&clients[0]).await;
     settle_url(&clients[1]).await;
