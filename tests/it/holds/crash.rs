@@ -3,29 +3,22 @@
 //! whose deadline passed while the server was down are expired before the first claim.
 //! Real processes run on the real clock, so these use `hold_seconds` of 1–2 s.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use reqwest::Method;
 use serde_json::json;
 
 use seckill::bench::client::ClaimReply;
-use seckill::domain::{OrderState, Outcome};
+use seckill::domain::Outcome;
 
+use super::payers::{load, resolved_as_answered, Seen};
 use super::race::resolutions;
 use crate::process::Proc;
 
 const CODES: usize = 4000;
-
-#[derive(Default)]
-struct Seen {
-    won: Vec<String>,
-    confirmed: HashSet<String>,
-    refused: HashSet<String>,
-}
+const USERS: u64 = 2500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_while_confirming_and_expiring_loses_and_repeats_nothing() {
@@ -41,40 +34,7 @@ async fn kill_9_while_confirming_and_expiring_loses_and_repeats_nothing() {
         .unwrap();
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let n = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for w in 0..32u64 {
-        let (client, seen, stop, n) = (client.clone(), seen.clone(), stop.clone(), n.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let user = format!("u{}", n.fetch_add(1, Ordering::Relaxed));
-                let Ok(ClaimReply::Processed(a)) = client.claim("k", &user, 1, None).await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                if a.outcome != Outcome::Won {
-                    continue;
-                }
-                let id = a.order_id.unwrap();
-                seen.lock().won.push(id.clone());
-                // Half the winners pay at once, some of them twice; the rest let it expire.
-                if w % 2 == 0 {
-                    let path = format!("/v1/orders/{id}/confirm");
-                    for _ in 0..1 + w % 4 / 2 {
-                        match client.admin(Method::POST, &path, None).await {
-                            Ok((s, _)) if s.as_u16() == 200 => {
-                                seen.lock().confirmed.insert(id.clone());
-                            }
-                            Ok((s, _)) if s.as_u16() == 409 => {
-                                seen.lock().refused.insert(id.clone());
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-            }
-        }));
-    }
+    let tasks = load(std::slice::from_ref(&client), USERS, &stop, &seen);
     // Long enough for the first deadlines to pass: expiries and confirms are under way.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     first.signal(libc::SIGKILL);
@@ -90,42 +50,8 @@ async fn kill_9_while_confirming_and_expiring_loses_and_repeats_nothing() {
     let view = super::nothing_pending(&client, "k").await;
     let seen = std::mem::take(&mut *seen.lock());
     assert!(!seen.won.is_empty() && !seen.confirmed.is_empty());
-    let orders: HashMap<String, _> = client
-        .all_orders("k")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| (o.order_id.clone(), o))
-        .collect();
-    for id in &seen.won {
-        assert!(orders.contains_key(id), "won {id} is not in the ledger");
-    }
-    for id in &seen.confirmed {
-        assert_eq!(
-            orders[id].state,
-            OrderState::Confirmed,
-            "{id} answered confirmed"
-        );
-    }
-    for id in &seen.refused {
-        assert_eq!(orders[id].state, OrderState::Expired, "{id} answered 409");
-    }
-    let mut live_codes = HashSet::new();
-    let mut confirmed = 0;
-    for o in orders.values() {
-        assert!(
-            matches!(o.state, OrderState::Confirmed | OrderState::Expired),
-            "{} is {:?}",
-            o.order_id,
-            o.state
-        );
-        if o.state == OrderState::Confirmed {
-            confirmed += 1;
-            for c in o.codes.clone().unwrap() {
-                assert!(live_codes.insert(c.clone()), "code {c} in two live orders");
-            }
-        }
-    }
+    let orders = client.all_orders("k").await.unwrap();
+    let confirmed = resolved_as_answered(&orders, &seen);
     assert_eq!(view.remaining as usize, CODES - confirmed, "stock exact");
     for (order, n) in resolutions(dir.path(), "k").await {
         assert_eq!(n, 1, "{order} resolved {n} times");

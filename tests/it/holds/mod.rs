@@ -10,6 +10,7 @@ mod codes;
 mod contract;
 mod crash;
 mod gate;
+mod payers;
 mod race;
 mod scale_out;
 mod scale_out_crash;

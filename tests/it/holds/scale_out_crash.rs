@@ -3,19 +3,18 @@
 //! expires orders (the bench's drain must not take the stale ledger for the final one); and
 //! `seckill bench --scenario holds` against two instances and a worker.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use reqwest::Method;
 use serde_json::json;
 
-use seckill::bench::client::{ClaimReply, Client};
+use seckill::bench::client::ClaimReply;
 use seckill::bench::{self, drain, BenchOpts, ScenarioName, Win};
 use seckill::domain::{OrderState, Outcome};
 
+use super::payers::{load, resolved_as_answered, Seen};
 use crate::helpers::{settle_url, TOKEN};
 use crate::scale_out::procs::Seckill;
 use crate::servers::{pg, RedisServer};
@@ -23,65 +22,6 @@ use crate::servers::{pg, RedisServer};
 const CODES: usize = 3000;
 /// Users come back: a user whose order expired may win again, never two live orders at once.
 const USERS: u64 = 2000;
-
-#[derive(Default)]
-struct Seen {
-    won: Vec<(String, String)>,
-    confirmed: HashSet<String>,
-    refused: HashSet<String>,
-}
-
-/// Claims from 32 tasks spread over `clients`; half of the winners confirm: at once (some
-/// twice) or 0.85–1.15 s later, around their 1-second `pay_by`.
-fn load(
-    clients: &[Client],
-    stop: &Arc<AtomicBool>,
-    seen: &Arc<Mutex<Seen>>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let n = Arc::new(AtomicU64::new(0));
-    (0..32u64)
-        .map(|w| {
-            let client = clients[w as usize % clients.len()].clone();
-            let (seen, stop, n) = (seen.clone(), stop.clone(), n.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let i = n.fetch_add(1, Ordering::Relaxed);
-                    let user = format!("u{}", i % USERS);
-                    let Ok(ClaimReply::Processed(a)) = client.claim("k", &user, 1, None).await
-                    else {
-                        // The killed instance refuses connections: back off.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    };
-                    if a.outcome != Outcome::Won {
-                        continue;
-                    }
-                    let id = a.order_id.unwrap();
-                    seen.lock().won.push((user, id.clone()));
-                    if w % 2 == 1 {
-                        continue;
-                    }
-                    // Half the payers pay at once (some twice), the others around `pay_by`.
-                    if w % 4 == 2 {
-                        tokio::time::sleep(Duration::from_millis(850 + i % 300)).await;
-                    }
-                    let path = format!("/v1/orders/{id}/confirm");
-                    for _ in 0..1 + u64::from(w % 8 == 0) {
-                        match client.admin(Method::POST, &path, None).await {
-                            Ok((s, _)) if s.as_u16() == 200 => {
-                                seen.lock().confirmed.insert(id.clone());
-                            }
-                            Ok((s, _)) if s.as_u16() == 409 => {
-                                seen.lock().refused.insert(id.clone());
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-            })
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn instance_and_worker_killed_mid_expiry_lose_and_repeat_nothing() {
@@ -102,7 +42,7 @@ async fn instance_and_worker_killed_mid_expiry_lose_and_repeat_nothing() {
         .unwrap();
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let tasks = load(&[a.client(), b.client()], &stop, &seen);
+    let tasks = load(&[a.client(), b.client()], USERS, &stop, &seen);
     // Long enough for deadlines to pass: expiries and confirms are under way when both die.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     a.sigkill();
@@ -123,46 +63,10 @@ async fn instance_and_worker_killed_mid_expiry_lose_and_repeat_nothing() {
     settle_url(&b.client()).await;
     let seen = std::mem::take(&mut *seen.lock());
     assert!(!seen.confirmed.is_empty() && !seen.refused.is_empty());
-    let orders: HashMap<String, _> = client
-        .all_orders("k")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| (o.order_id.clone(), o))
-        .collect();
-    for (_, id) in &seen.won {
-        assert!(orders.contains_key(id), "won {id} is not in the ledger");
-    }
+    let orders = client.all_orders("k").await.unwrap();
     // A claim in flight on the killed instance may have won without its answer arriving.
     assert!(orders.len() >= seen.won.len());
-    for id in &seen.confirmed {
-        assert_eq!(orders[id].state, OrderState::Confirmed, "{id} answered 200");
-    }
-    for id in &seen.refused {
-        assert!(
-            !seen.confirmed.contains(id),
-            "{id} answered both 200 and 409"
-        );
-        assert_eq!(orders[id].state, OrderState::Expired, "{id} answered 409");
-    }
-    let (mut live_codes, mut confirmed_of) = (HashSet::new(), HashMap::new());
-    for o in orders.values() {
-        match o.state {
-            OrderState::Confirmed => {
-                *confirmed_of.entry(o.user_id.clone()).or_insert(0) += 1;
-                for c in o.codes.clone().unwrap() {
-                    assert!(live_codes.insert(c.clone()), "code {c} in two live orders");
-                }
-            }
-            OrderState::Expired => {}
-            s => panic!("{} ended {s:?}", o.order_id),
-        }
-    }
-    assert!(
-        confirmed_of.values().all(|n| *n == 1),
-        "a user over the limit"
-    );
-    let confirmed = live_codes.len();
+    let confirmed = resolved_as_answered(&orders, &seen);
     assert_eq!(view.remaining as usize, CODES - confirmed, "stock exact");
     // Each transition was applied once and in order: none contradicted PostgreSQL's row.
     let pool = sqlx::PgPool::connect(&postgres).await.unwrap();
