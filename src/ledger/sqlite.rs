@@ -163,10 +163,13 @@ impl Ledger for SqliteLedger {
     }
 
     async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {
-        let row: Option<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ?"))
-            .bind(order_id)
-            .fetch_optional(&self.readers)
-            .await?;
+        let (campaign_id, seq) = order_key(order_id);
+        let row: Option<OrderRow> =
+            sqlx::query_as(&format!("{SELECT_ORDER} WHERE campaign_id = ? AND seq = ?"))
+                .bind(campaign_id)
+                .bind(seq)
+                .fetch_optional(&self.readers)
+                .await?;
         row.map(Order::try_from).transpose()
     }
 
@@ -251,6 +254,15 @@ impl Ledger for SqliteLedger {
             })
             .collect()
     }
+}
+
+/// The primary key of the orders table for `order_id`: `<campaign_id>-<seq>` is the only
+/// spelling an order id has (`domain::parse_order_id`, kept true by the table's CHECK), so a
+/// lookup by id is a lookup by key. An id no order can have gives a key no row has.
+pub(super) fn order_key(order_id: &str) -> (&str, i64) {
+    crate::domain::parse_order_id(order_id)
+        .map(|(campaign, seq)| (campaign, seq as i64))
+        .unwrap_or(("", 0))
 }
 
 const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at FROM orders";

@@ -17,13 +17,15 @@ pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> any
         LedgerWrite::Expire { order_id, at } => (order_id, at, "expired"),
         other => anyhow::bail!("not a resolution: {other:?}"),
     };
+    let (campaign_id, seq) = super::sqlite::order_key(order_id);
     let row = sqlx::query(
-        "UPDATE orders SET state = ?, resolved_at = ? WHERE order_id = ? AND state = 'pending' \
-         RETURNING campaign_id",
+        "UPDATE orders SET state = ?, resolved_at = ? \
+         WHERE campaign_id = ? AND seq = ? AND state = 'pending' RETURNING campaign_id",
     )
     .bind(state)
     .bind(micros(*at))
-    .bind(order_id)
+    .bind(campaign_id)
+    .bind(seq)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else {

@@ -167,13 +167,15 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await
         }
         LedgerWrite::Cancel { order_id, at } => {
+            let (campaign_id, seq) = super::sqlite::order_key(order_id);
             let done = sqlx::query(
-                "UPDATE orders SET state = 'cancelled', cancelled_at = ? WHERE order_id = ? \
-                 AND state IN ('active', 'pending', 'confirmed') \
+                "UPDATE orders SET state = 'cancelled', cancelled_at = ? \
+                 WHERE campaign_id = ? AND seq = ? AND state IN ('active', 'pending', 'confirmed') \
                  RETURNING campaign_id",
             )
             .bind(micros(*at))
-            .bind(order_id)
+            .bind(campaign_id)
+            .bind(seq)
             .fetch_optional(&mut *conn)
             .await?;
             if let Some(row) = done {

@@ -17,6 +17,7 @@ mod helpers;
 mod holds;
 mod hostile;
 mod invariants;
+mod ledger_upgrade;
 mod locks;
 mod metrics;
 mod openapi;
