@@ -31,8 +31,9 @@ GEN_CPU=${BENCH_GEN_CPU:-0}
 OUT=${BENCH_OUT:-docs/BENCHMARKS.md}
 TOKEN=bench-$RANDOM$RANDOM
 
-cargo build --release --quiet
-BIN=$PWD/target/release/seckill
+# BENCH_BIN: another build to measure (e.g. an older release, for a before/after).
+if [ -z "${BENCH_BIN:-}" ]; then cargo build --release --quiet; fi
+BIN=${BENCH_BIN:-$PWD/target/release/seckill}
 WORK=$(mktemp -d)
 PID=
 cleanup() {
