@@ -1,0 +1,304 @@
+//! The claim route served before the router, on the public listener.
+//!
+//! In a sale nearly every request is `POST /v1/campaigns/{id}/claims`, and nearly every one
+//! is refused from memory. Through axum's `Router` each of them paid for route matching, the
+//! boxed route service's clone and its boxed future, the trace and catch-panic layers and the
+//! body-limit layer: a few thousand instructions, a fifth of a refusal (docs/PROFILE.md).
+//! [`Dispatch`] is the hyper service of a public connection: it recognises exactly the claim
+//! route and hands it to the one claim implementation ([`super::claim::answer`]) directly;
+//! every other request, and every request while the trace layer's per-request logging is on,
+//! goes to the router unchanged.
+//!
+//! What the router's layers did for a claim, the fast path does itself, identically:
+//! - the body limit: the same `DefaultBodyLimit` marker on the request, so the extractors
+//!   answer 413 exactly as they do behind the router;
+//! - the peer address (`ConnectInfo`) and the body timeout: set for both paths by [`Dispatch`];
+//! - a panic becomes the router's 500 `internal` answer ([`super::panic_answer`]) and, as
+//!   behind the router (the catch-panic layer sits outside the trace layer), is not logged as
+//!   a failed response;
+//! - a 5xx is logged by tower-http's own `DefaultOnFailure`, so the event (target, level,
+//!   fields) is the trace layer's.
+//!
+//! What the fast path takes: method `POST`, path `/v1/campaigns/{id}/claims` whose id is a
+//! plain segment (visible ASCII, no `%`: nothing the router would decode), no query string,
+//! and exactly `content-type: application/json`. Anything else, however close, is the
+//! router's. `--no-fast-claims` (hidden) sends every request to the router; the tests use it
+//! to compare the two paths byte for byte.
+
+use std::convert::Infallible;
+use std::future::{Future, Ready};
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request};
+use axum::http::{header, Method};
+use axum::response::Response;
+use axum::Router;
+use futures::FutureExt;
+use hyper::body::Incoming;
+use tower::{Layer, Service, ServiceExt};
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::trace::{DefaultOnFailure, OnFailure};
+
+use super::timed_body::TimedBody;
+use super::watchdog::{Clock, InFlight};
+use super::AppState;
+
+/// What the fast path needs: the application state and the body limit of the claim route.
+#[derive(Clone)]
+pub struct FastClaims {
+    app: AppState,
+    limit: <DefaultBodyLimit as Layer<Echo>>::Service,
+}
+
+impl FastClaims {
+    pub(super) fn new(app: AppState, max_body: usize) -> Self {
+        Self {
+            app,
+            limit: DefaultBodyLimit::max(max_body).layer(Echo),
+        }
+    }
+
+    /// The claim's answer, as the router would give it (see the module docs).
+    async fn answer(self: Arc<Self>, req: Request, id: String) -> Response {
+        let Ok(req) = self.limit.clone().call(req).into_inner();
+        as_routed(super::claim::answer(&self.app, req, Some(id))).await
+    }
+}
+
+/// What the router's layers around a route make of its answer `fut`: a panic becomes the
+/// catch-panic layer's 500 (not logged as a failed response: that layer is outside the trace
+/// layer), a 5xx is logged as the trace layer logs it, and the route sets `content-length`.
+async fn as_routed(fut: impl Future<Output = Response>) -> Response {
+    let start = Instant::now();
+    let resp = match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(resp) => resp,
+        // Outside the route, as the router's catch-panic layer: no length set here.
+        Err(_) => return super::panic_answer(),
+    };
+    if resp.status().is_server_error() {
+        let class = ServerErrorsFailureClass::StatusCode(resp.status());
+        DefaultOnFailure::new().on_failure(class, start.elapsed(), &tracing::Span::none());
+    }
+    with_length(resp)
+}
+
+/// The answer with the `content-length` header axum's routes set (hyper would write it too,
+/// but elsewhere among the headers).
+fn with_length(mut resp: Response) -> Response {
+    use hyper::body::Body as _;
+    if !resp.headers().contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = resp.body().size_hint().exact() {
+            resp.headers_mut()
+                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
+        }
+    }
+    resp
+}
+
+/// A service that answers the request it is given: with `DefaultBodyLimit`'s layer around it,
+/// it puts the limit's marker on a request without going through a router.
+#[derive(Clone, Copy)]
+pub struct Echo;
+
+impl Service<Request> for Echo {
+    type Response = Request;
+    type Error = Infallible;
+    type Future = Ready<Result<Request, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        std::future::ready(Ok(req))
+    }
+}
+
+/// The campaign id of a request the fast path takes, `None` for the router's requests.
+pub(super) fn claim_id<B>(req: &hyper::Request<B>) -> Option<&str> {
+    if req.method() != Method::POST || req.uri().query().is_some() {
+        return None;
+    }
+    let id = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/campaigns/")?
+        .strip_suffix("/claims")?;
+    let plain = |b: u8| b.is_ascii_graphic() && !matches!(b, b'%' | b'/' | b'?' | b'#');
+    if id.is_empty() || !id.bytes().all(plain) {
+        return None;
+    }
+    let mut types = req.headers().get_all(header::CONTENT_TYPE).iter();
+    let json = types
+        .next()
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    (json && types.next().is_none()).then_some(id)
+}
+
+/// Whether the router's trace layer logs every request (its span, request or response events
+/// are enabled): then every request goes through the router, so the log stays complete.
+fn traced_per_request() -> bool {
+    use tracing::Level;
+    tracing::enabled!(target: "tower_http::trace::make_span", Level::DEBUG)
+        || tracing::enabled!(target: "tower_http::trace::on_request", Level::DEBUG)
+        || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG)
+}
+
+/// The hyper service of one connection: each request gets its peer address and body timeout,
+/// counts as in progress on the connection's clock until its answer is written, and goes to
+/// the fast path or the router.
+#[derive(Clone)]
+pub struct Dispatch {
+    pub(super) router: Router,
+    pub(super) fast: Option<Arc<FastClaims>>,
+    pub(super) peer: SocketAddr,
+    pub(super) clock: Arc<Clock>,
+    pub(super) body_timeout: Duration,
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Dispatch {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Answer {
+        let in_flight = self.clock.begin();
+        let fast = self
+            .fast
+            .as_ref()
+            .filter(|_| !traced_per_request())
+            .and_then(|f| Some((f.clone(), claim_id(&req)?.to_owned())));
+        let body_timeout = self.body_timeout;
+        let mut req = req.map(|b| axum::body::Body::new(TimedBody::new(b, body_timeout)));
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        match fast {
+            Some((fast, id)) => Box::pin(async move {
+                let resp = fast.answer(req, id).await;
+                Ok(ends_with(resp, in_flight))
+            }),
+            None => {
+                let router = self.router.clone();
+                Box::pin(async move {
+                    let resp = router.oneshot(req).await?;
+                    Ok(ends_with(resp, in_flight))
+                })
+            }
+        }
+    }
+}
+
+/// The request counts as in progress until hyper has written (and dropped) the body.
+fn ends_with(resp: Response, in_flight: InFlight) -> Response {
+    resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight)))
+}
+
+/// A response body that holds its request's [`InFlight`] until dropped.
+struct EndsWith(axum::body::Body, #[allow(dead_code)] InFlight);
+
+impl hyper::body::Body for EndsWith {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.0.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use http_body_util::BodyExt;
+
+    async fn bytes(resp: Response) -> (String, Vec<u8>) {
+        let head = format!("{:?} {:?}", resp.status(), resp.headers());
+        (
+            head,
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_answered_as_the_router_answers_it() {
+        fn boom() -> Response {
+            panic!("a bug in a handler")
+        }
+        let router = Router::new()
+            .route("/", get(|| async { boom() }))
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+                super::super::panic_answer()
+            }));
+        let routed = router
+            .oneshot(hyper::Request::new(axum::body::Body::empty()))
+            .await
+            .unwrap();
+        let fast = as_routed(async { boom() }).await;
+        assert_eq!(fast.status(), 500);
+        assert_eq!(bytes(fast).await, bytes(routed).await);
+    }
+
+    fn req(method: Method, uri: &str, ct: &[&str]) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().method(method).uri(uri);
+        for v in ct {
+            b = b.header(header::CONTENT_TYPE, *v);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn only_the_plain_claim_route_is_taken() {
+        let json = ["application/json"];
+        let id = |m, u, ct: &[&str]| claim_id(&req(m, u, ct)).map(str::to_owned);
+        assert_eq!(
+            id(Method::POST, "/v1/campaigns/a-1/claims", &json).as_deref(),
+            Some("a-1")
+        );
+        for uri in [
+            "/v1/campaigns/a/claims/",
+            "/v1/campaigns/a/claims?x=1",
+            "/v1/campaigns/a/claims?",
+            "/v1/campaigns/a%20b/claims",
+            "/v1/campaigns//claims",
+            "/v1/campaigns/a/b/claims",
+            "/v1/campaigns/a/claim",
+        ] {
+            assert_eq!(id(Method::POST, uri, &json), None, "{uri}");
+        }
+        let uri = "/v1/campaigns/a/claims";
+        assert_eq!(id(Method::GET, uri, &json), None);
+        assert_eq!(id(Method::HEAD, uri, &json), None);
+        assert_eq!(id(Method::POST, uri, &[]), None);
+        assert_eq!(
+            id(Method::POST, uri, &["application/json; charset=utf-8"]),
+            None
+        );
+        assert_eq!(
+            id(Method::POST, uri, &["application/json", "text/plain"]),
+            None
+        );
+    }
+}
