@@ -72,13 +72,13 @@ impl FastClaims {
 
 /// What the router's layers around a route make of its answer `fut`: a panic becomes the
 /// catch-panic layer's 500 (not logged as a failed response: that layer is outside the trace
-/// layer), a 5xx is logged as the trace layer logs it, and the route sets `content-length`.
+/// layer), a 5xx is logged as the trace layer logs it, and the route (outside both, as
+/// `Router::layer` applies layers to each route) sets `content-length`.
 async fn as_routed(fut: impl Future<Output = Response>) -> Response {
     let start = Instant::now();
     let resp = match AssertUnwindSafe(fut).catch_unwind().await {
         Ok(resp) => resp,
-        // Outside the route, as the router's catch-panic layer: no length set here.
-        Err(_) => return super::panic_answer(),
+        Err(_) => return with_length(super::panic_answer()),
     };
     if resp.status().is_server_error() {
         let class = ServerErrorsFailureClass::StatusCode(resp.status());
