@@ -139,8 +139,12 @@ pub async fn claim(State(app): State<AppState>, req: Request) -> Response {
 
 /// The answer to a claim. `id`: the campaign id when the caller already read it from a plain
 /// path segment (the fast path); `None` takes it from the router's path parameter.
-pub(super) async fn answer(app: &AppState, req: Request, id: Option<String>) -> Response {
+pub(super) async fn answer<A>(app: A, req: Request, id: Option<String>) -> Response
+where
+    A: std::ops::Deref<Target = AppState>,
+{
     use std::sync::atomic::Ordering::Relaxed;
+    let app = &*app;
     let start = Instant::now();
     let g = &app.guards;
     let Some(_place) = g.shed.try_enter() else {
@@ -152,8 +156,11 @@ pub(super) async fn answer(app: &AppState, req: Request, id: Option<String>) -> 
     };
     let reached = AtomicBool::new(false);
     let mut entry = None;
-    let (resp, end) = match within(g.shed.timeout, decide(app, req, id, &reached, &mut entry)).await
-    {
+    let decided = {
+        let decide = std::pin::pin!(decide(app, req, id, &reached, &mut entry));
+        within(g.shed.timeout, decide).await
+    };
+    let (resp, end) = match decided {
         Some(Ok((resp, outcome))) => (resp, ClaimEnd::outcome(outcome)),
         Some(Err(e)) => {
             let end = ClaimEnd::error(e.code, e.outcome_unknown);

@@ -28,7 +28,7 @@
 use std::convert::Infallible;
 use std::future::{Future, Ready};
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -38,7 +38,6 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Request};
 use axum::http::{header, Method};
 use axum::response::Response;
 use axum::Router;
-use futures::FutureExt;
 use hyper::body::Incoming;
 use tower::{Layer, Service, ServiceExt};
 use tower_http::classify::ServerErrorsFailureClass;
@@ -51,32 +50,34 @@ use super::AppState;
 /// What the fast path needs: the application state and the body limit of the claim route.
 #[derive(Clone)]
 pub struct FastClaims {
-    app: AppState,
+    app: Arc<AppState>,
     limit: <DefaultBodyLimit as Layer<Echo>>::Service,
 }
 
 impl FastClaims {
     pub(super) fn new(app: AppState, max_body: usize) -> Self {
         Self {
-            app,
+            app: Arc::new(app),
             limit: DefaultBodyLimit::max(max_body).layer(Echo),
         }
     }
 
-    /// The claim's answer, as the router would give it (see the module docs).
-    async fn answer(self: Arc<Self>, req: Request, id: String) -> Response {
+    /// The claim's answer, boxed once: everything the claim does is in this one future (the
+    /// router path pays for the same box, and for more).
+    fn claim(&self, req: Request, id: String) -> Claim {
         let Ok(req) = self.limit.clone().call(req).into_inner();
-        as_routed(super::claim::answer(&self.app, req, Some(id))).await
+        Box::pin(super::claim::answer(self.app.clone(), req, Some(id)))
     }
 }
 
-/// What the router's layers around a route make of its answer `fut`: a panic becomes the
-/// catch-panic layer's 500 (not logged as a failed response: that layer is outside the trace
-/// layer), a 5xx is logged as the trace layer logs it, and the route (outside both, as
-/// `Router::layer` applies layers to each route) sets `content-length`.
-async fn as_routed(fut: impl Future<Output = Response>) -> Response {
-    let start = Instant::now();
-    let resp = match AssertUnwindSafe(fut).catch_unwind().await {
+type Claim = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// What the router's layers around a route make of its answer (`Err`: the handler panicked):
+/// a panic becomes the catch-panic layer's 500 (not logged as a failed response: that layer is
+/// outside the trace layer), a 5xx is logged as the trace layer logs it, and the route
+/// (outside both, as `Router::layer` applies layers to each route) sets `content-length`.
+fn as_routed(answer: std::thread::Result<Response>, start: Instant) -> Response {
+    let resp = match answer {
         Ok(resp) => resp,
         Err(_) => return with_length(super::panic_answer()),
     };
@@ -161,36 +162,80 @@ pub struct Dispatch {
     pub(super) body_timeout: Duration,
 }
 
-type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
 impl hyper::service::Service<hyper::Request<Incoming>> for Dispatch {
     type Response = Response;
     type Error = Infallible;
     type Future = Answer;
 
     fn call(&self, req: hyper::Request<Incoming>) -> Answer {
-        let in_flight = self.clock.begin();
+        let in_flight = Some(self.clock.begin());
         let fast = self
             .fast
             .as_ref()
             .filter(|_| !traced_per_request())
-            .and_then(|f| Some((f.clone(), claim_id(&req)?.to_owned())));
+            .and_then(|f| Some((f, claim_id(&req)?.to_owned())));
         let body_timeout = self.body_timeout;
         let mut req = req.map(|b| axum::body::Body::new(TimedBody::new(b, body_timeout)));
         req.extensions_mut().insert(ConnectInfo(self.peer));
-        match fast {
-            Some((fast, id)) => Box::pin(async move {
-                let resp = fast.answer(req, id).await;
-                Ok(ends_with(resp, in_flight))
-            }),
-            None => {
-                let router = self.router.clone();
-                Box::pin(async move {
-                    let resp = router.oneshot(req).await?;
-                    Ok(ends_with(resp, in_flight))
-                })
+        Answer(match fast {
+            Some((fast, id)) => Kind::Fast {
+                claim: fast.claim(req, id),
+                start: Instant::now(),
+                in_flight,
+            },
+            None => Kind::Routed {
+                call: self.router.clone().oneshot(req),
+                in_flight,
+            },
+        })
+    }
+}
+
+/// The answer of one request: the fast path's claim or the router's call, then the response
+/// body that ends the request on the connection's clock.
+pub struct Answer(Kind);
+
+// The router's call stays inline, as it was before the fast path: no allocation added to the
+// other routes for the enum's sake.
+#[allow(clippy::large_enum_variant)]
+enum Kind {
+    Fast {
+        claim: Claim,
+        start: Instant,
+        in_flight: Option<InFlight>,
+    },
+    Routed {
+        call: tower::util::Oneshot<Router, Request>,
+        in_flight: Option<InFlight>,
+    },
+}
+
+impl Future for Answer {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (resp, in_flight) = match &mut self.get_mut().0 {
+            Kind::Fast {
+                claim,
+                start,
+                in_flight,
+            } => {
+                let polled = catch_unwind(AssertUnwindSafe(|| claim.as_mut().poll(cx)));
+                let answer = match polled {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(resp)) => Ok(resp),
+                    Err(panic) => Err(panic),
+                };
+                (as_routed(answer, *start), in_flight)
             }
-        }
+            Kind::Routed { call, in_flight } => match Pin::new(call).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(resp)) => (resp, in_flight),
+                Poll::Ready(Err(never)) => match never {},
+            },
+        };
+        let in_flight = in_flight.take().expect("an answer is polled after its end");
+        Poll::Ready(Ok(ends_with(resp, in_flight)))
     }
 }
 
@@ -256,7 +301,7 @@ mod tests {
             .oneshot(hyper::Request::new(axum::body::Body::empty()))
             .await
             .unwrap();
-        let fast = as_routed(async { boom() }).await;
+        let fast = as_routed(catch_unwind(boom), Instant::now());
         assert_eq!(fast.status(), 500);
         assert_eq!(bytes(fast).await, bytes(routed).await);
     }

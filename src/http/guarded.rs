@@ -17,9 +17,12 @@ use super::AppState;
 use crate::domain::CampaignLimits;
 
 /// `fut`'s output, or `None` when it has not finished within `limit`. A future that is ready
-/// at its first poll (every refusal from memory) never arms a timer.
-pub(super) async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
+/// at its first poll (every refusal from memory) never arms a timer. Pinned by the caller, so
+/// the (large) claim future lives in one place and is never copied.
+pub(super) async fn within<F: std::future::Future>(
+    limit: Duration,
+    mut fut: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
     if let std::task::Poll::Ready(out) = futures::poll!(fut.as_mut()) {
         return Some(out);
     }
@@ -34,7 +37,7 @@ pub async fn shed(State(app): State<AppState>, req: Request, next: Next) -> Resp
         g.metrics.registry.shed.increment(1);
         return ApiError::overloaded("the service is at capacity; retry shortly").into_response();
     };
-    match within(g.shed.timeout, next.run(req)).await {
+    match within(g.shed.timeout, std::pin::pin!(next.run(req))).await {
         Some(resp) => resp,
         None => timed_out(&app, false),
     }
