@@ -306,6 +306,21 @@ mod tests {
         assert_eq!(bytes(fast).await, bytes(routed).await);
     }
 
+    #[test]
+    fn per_request_tracing_sends_everything_to_the_router() {
+        let traced = |filter: &str| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::sink)
+                .finish();
+            tracing::subscriber::with_default(subscriber, traced_per_request)
+        };
+        assert!(!traced("info,sqlx=warn,tower_http=warn"));
+        assert!(!traced("info"));
+        assert!(traced("tower_http=debug"));
+        assert!(traced("debug"));
+    }
+
     fn req(method: Method, uri: &str, ct: &[&str]) -> hyper::Request<()> {
         let mut b = hyper::Request::builder().method(method).uri(uri);
         for v in ct {

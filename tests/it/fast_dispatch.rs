@@ -26,6 +26,8 @@ struct Shape {
     body: Vec<u8>,
     /// Send the head and only this much of the body, then wait for the answer (408).
     stall_after: Option<usize>,
+    /// Sent while stalled claims hold every in-flight place (503 `overloaded`).
+    busy: bool,
 }
 
 fn shape(what: &'static str, method: &str, path: &str, ct: Option<&str>, body: &str) -> Shape {
@@ -37,6 +39,7 @@ fn shape(what: &'static str, method: &str, path: &str, ct: Option<&str>, body: &
             .unwrap_or_default(),
         body: body.as_bytes().to_vec(),
         stall_after: None,
+        busy: false,
     }
 }
 
@@ -54,6 +57,8 @@ fn shapes() -> Vec<Shape> {
     let user = |u: &str| format!(r#"{{"user_id":"{u}"}}"#);
     let mut late = claim("late body", "open", &user("late"));
     late.stall_after = Some(5);
+    let mut shed = claim("shed: every place taken", "open", &user("mo"));
+    shed.busy = true;
     vec![
         claim("won", "open", &user("alice")),
         claim("already claimed", "open", &user("alice")),
@@ -146,11 +151,31 @@ fn shapes() -> Vec<Shape> {
             "x-forwarded-for: 10.0.0.1",
         ),
         shape("campaign view", "GET", "/v1/campaigns/open", None, ""),
+        shed,
     ]
 }
 
-/// Sends `s` on a fresh connection (`connection: close`) and reads the whole answer.
+/// Most claims in flight on both servers: two stalled claims fill them.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// Sends `s` on a fresh connection (`connection: close`) and reads the whole answer; for a
+/// `busy` shape, while stalled claims hold every in-flight place.
 async fn send(addr: &str, s: &Shape) -> Vec<u8> {
+    if !s.busy {
+        return send_one(addr, s).await;
+    }
+    let mut stall = claim("stalled", "open", r#"{"user_id":"staller"}"#);
+    stall.stall_after = Some(3);
+    let stalled: Vec<_> = (0..MAX_IN_FLIGHT).map(|_| send_one(addr, &stall)).collect();
+    let shed = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        send_one(addr, s).await
+    };
+    let (_, answer) = tokio::join!(futures::future::join_all(stalled), shed);
+    answer
+}
+
+async fn send_one(addr: &str, s: &Shape) -> Vec<u8> {
     let mut conn = TcpStream::connect(addr).await.expect("connect");
     let mut head = format!("{}\r\nhost: seckill\r\nconnection: close\r\n", s.line);
     for h in &s.headers {
@@ -183,6 +208,7 @@ async fn deployment(router_only: bool) -> App {
     let app = App::spawn_with(|c: &mut ServeConfig| {
         c.no_fast_claims = router_only;
         c.conn.body_timeout_ms = 500;
+        c.guard.max_in_flight = MAX_IN_FLIGHT;
     })
     .await;
     for (id, stock) in [("open", 1000), ("gone", 1), ("paused", 10), ("limited", 10)] {
@@ -217,6 +243,21 @@ async fn fast_path_answers_byte_for_byte_as_the_router() {
         let (a, b) = tokio::join!(send(&fast_addr, &s), send(&router_addr, &s));
         let (a, b) = (comparable(&a), comparable(&b));
         assert!(b.starts_with("HTTP/1.1 "), "{}: no answer: {b}", s.what);
+        // The shapes that need a set-up really reached the state they are about.
+        let want = match s.what {
+            "late body" => Some("408"),
+            "oversize body" => Some("413"),
+            "rate limit: refused" => Some("429"),
+            "shed: every place taken" => Some("503"),
+            _ => None,
+        };
+        if let Some(want) = want {
+            assert!(
+                b.starts_with(&format!("HTTP/1.1 {want}")),
+                "{}: {b}",
+                s.what
+            );
+        }
         if a != b {
             differ.push(format!("{}:\n fast:   {a:?}\n router: {b:?}", s.what));
         }
