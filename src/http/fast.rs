@@ -43,6 +43,7 @@ use tower::{Layer, Service, ServiceExt};
 use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::trace::{DefaultOnFailure, OnFailure};
 
+use super::listener::ends_with;
 use super::timed_body::TimedBody;
 use super::watchdog::{Clock, InFlight};
 use super::AppState;
@@ -239,126 +240,5 @@ impl Future for Answer {
     }
 }
 
-/// The request counts as in progress until hyper has written (and dropped) the body.
-fn ends_with(resp: Response, in_flight: InFlight) -> Response {
-    resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight)))
-}
-
-/// A response body that holds its request's [`InFlight`] until dropped.
-struct EndsWith(axum::body::Body, #[allow(dead_code)] InFlight);
-
-impl hyper::body::Body for EndsWith {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
-        Pin::new(&mut self.0).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.0.size_hint()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::routing::get;
-    use http_body_util::BodyExt;
-
-    async fn bytes(resp: Response) -> (String, Vec<u8>) {
-        let head = format!("{:?} {:?}", resp.status(), resp.headers());
-        (
-            head,
-            resp.into_body()
-                .collect()
-                .await
-                .unwrap()
-                .to_bytes()
-                .to_vec(),
-        )
-    }
-
-    #[tokio::test]
-    async fn a_panic_is_answered_as_the_router_answers_it() {
-        fn boom() -> Response {
-            panic!("a bug in a handler")
-        }
-        let router = Router::new()
-            .route("/", get(|| async { boom() }))
-            .layer(tower_http::trace::TraceLayer::new_for_http())
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-                super::super::panic_answer()
-            }));
-        let routed = router
-            .oneshot(hyper::Request::new(axum::body::Body::empty()))
-            .await
-            .unwrap();
-        let fast = as_routed(catch_unwind(boom), Instant::now());
-        assert_eq!(fast.status(), 500);
-        assert_eq!(bytes(fast).await, bytes(routed).await);
-    }
-
-    #[test]
-    fn per_request_tracing_sends_everything_to_the_router() {
-        let traced = |filter: &str| {
-            let subscriber = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-                .with_writer(std::io::sink)
-                .finish();
-            tracing::subscriber::with_default(subscriber, traced_per_request)
-        };
-        assert!(!traced("info,sqlx=warn,tower_http=warn"));
-        assert!(!traced("info"));
-        assert!(traced("tower_http=debug"));
-        assert!(traced("debug"));
-    }
-
-    fn req(method: Method, uri: &str, ct: &[&str]) -> hyper::Request<()> {
-        let mut b = hyper::Request::builder().method(method).uri(uri);
-        for v in ct {
-            b = b.header(header::CONTENT_TYPE, *v);
-        }
-        b.body(()).unwrap()
-    }
-
-    #[test]
-    fn only_the_plain_claim_route_is_taken() {
-        let json = ["application/json"];
-        let id = |m, u, ct: &[&str]| claim_id(&req(m, u, ct)).map(str::to_owned);
-        assert_eq!(
-            id(Method::POST, "/v1/campaigns/a-1/claims", &json).as_deref(),
-            Some("a-1")
-        );
-        for uri in [
-            "/v1/campaigns/a/claims/",
-            "/v1/campaigns/a/claims?x=1",
-            "/v1/campaigns/a/claims?",
-            "/v1/campaigns/a%20b/claims",
-            "/v1/campaigns//claims",
-            "/v1/campaigns/a/b/claims",
-            "/v1/campaigns/a/claim",
-        ] {
-            assert_eq!(id(Method::POST, uri, &json), None, "{uri}");
-        }
-        let uri = "/v1/campaigns/a/claims";
-        assert_eq!(id(Method::GET, uri, &json), None);
-        assert_eq!(id(Method::HEAD, uri, &json), None);
-        assert_eq!(id(Method::POST, uri, &[]), None);
-        assert_eq!(
-            id(Method::POST, uri, &["application/json; charset=utf-8"]),
-            None
-        );
-        assert_eq!(
-            id(Method::POST, uri, &["application/json", "text/plain"]),
-            None
-        );
-    }
-}
+mod tests;
