@@ -3,7 +3,7 @@
 //! In a sale nearly every request is `POST /v1/campaigns/{id}/claims`, and nearly every one
 //! is refused from memory. Through axum's `Router` each of them paid for route matching, the
 //! boxed route service's clone and its boxed future, the trace and catch-panic layers and the
-//! body-limit layer: a few thousand instructions, a fifth of a refusal (docs/PROFILE.md).
+//! body-limit layer: about 11,000 instructions, a third of a refusal (docs/PROFILE.md).
 //! [`Dispatch`] is the hyper service of a public connection: it recognises exactly the claim
 //! route and hands it to the one claim implementation ([`super::claim::answer`]) directly;
 //! every other request, and every request while the trace layer's per-request logging is on,
