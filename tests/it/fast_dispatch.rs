@@ -141,8 +141,18 @@ fn shapes() -> Vec<Shape> {
             "idempotency-key: k-1",
         ),
         with(
+            claim("idempotency key, other user", "open", &user("ike")),
+            "idempotency-key: k-1",
+        ),
+        with(
             claim("bad idempotency key", "open", &user("jo")),
             "idempotency-key: ",
+        ),
+        claim("qty as a string", "open", r#"{"user_id":"q","qty":"1"}"#),
+        claim(
+            "sold out, fresh user",
+            "gone",
+            r#"{ "user_id" : "spaced" }"#,
         ),
         claim("rate limit: first", "limited", &user("kim")),
         claim("rate limit: refused", "limited", &user("kim")),
