@@ -18,6 +18,8 @@ use seckill::config::ServeConfig;
 
 use crate::helpers::App;
 
+mod logs;
+
 /// One request of the comparison: its head lines after the request line, and its body.
 struct Shape {
     what: &'static str,
