@@ -81,6 +81,11 @@ pub struct ServeConfig {
     )]
     pub lock_redis: Vec<String>,
 
+    /// Serve every claim through the router instead of the listener's fast path (same
+    /// answers; for comparing the two, see `http::fast`).
+    #[arg(long, env = "SECKILL_NO_FAST_CLAIMS", hide = true)]
+    pub no_fast_claims: bool,
+
     /// Connection limits against slow, stalled and greedy clients.
     #[command(flatten)]
     pub conn: ConnArgs,
@@ -114,6 +119,7 @@ impl ServeConfig {
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
             lock_redis: Vec::new(),
+            no_fast_claims: false,
             conn: ConnArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),

@@ -116,6 +116,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     let http_opts = HttpOptions {
         max_admin_body: cfg.max_admin_body,
         locks,
+        fast_claims: !cfg.no_fast_claims,
         ..HttpOptions::default()
     };
     let routers = http::routers(
@@ -130,6 +131,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
     let task = tokio::spawn(http::serve_all(
         listener,
         routers.public,
+        routers.fast,
         admin,
         backend,
         limits,

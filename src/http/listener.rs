@@ -18,21 +18,17 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::Router;
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tower::ServiceExt;
 
-use super::timed_body::TimedBody;
+use super::fast::{Dispatch, FastClaims};
 use super::watchdog::{self, Clock, Watched};
 
 /// Limits of one listener's connections.
@@ -56,10 +52,12 @@ impl Default for ConnLimits {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets every request in flight
-/// finish. `name` tells the listeners apart in the log.
+/// finish. `fast`: the claim route served before the router (`super::fast`; public listener
+/// only). `name` tells the listeners apart in the log.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    fast: Option<Arc<FastClaims>>,
     limits: ConnLimits,
     name: &'static str,
     shutdown: impl Future<Output = ()>,
@@ -106,7 +104,14 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let clock = Clock::new(limits.head_timeout, limits.idle_timeout);
         open.push(&clock, max);
-        let conn = connection(stream, peer, router.clone(), clock.clone(), &limits);
+        let dispatch = Dispatch {
+            router: router.clone(),
+            fast: fast.clone(),
+            peer,
+            clock: clock.clone(),
+            body_timeout: limits.body_timeout,
+        };
+        let conn = connection(stream, dispatch);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             tokio::select! {
@@ -131,39 +136,23 @@ pub async fn serve(
     graceful.shutdown().await;
 }
 
-/// One HTTP/1.1 connection: the peer address for `ConnectInfo`, the body deadline, and the
-/// clock told when each request starts and ends.
+/// One HTTP/1.1 connection, served by [`Dispatch`].
 fn connection(
     stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    router: Router,
-    clock: Arc<Clock>,
-    limits: &ConnLimits,
-) -> hyper::server::conn::http1::Connection<
-    TokioIo<Watched<tokio::net::TcpStream>>,
-    impl hyper::service::Service<
-            hyper::Request<Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future = impl Send,
-        > + Send,
-> {
-    let body_timeout = limits.body_timeout;
-    let io = TokioIo::new(Watched::new(stream, clock.clone()));
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        let in_flight = clock.begin();
-        let mut req = req.map(|b| axum::body::Body::new(TimedBody::new(b, body_timeout)));
-        req.extensions_mut().insert(ConnectInfo(peer));
-        let router = router.clone();
-        async move {
-            let resp = router.oneshot(req).await?;
-            // The request counts as in progress until hyper has written (and dropped) the body.
-            Ok(resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight))))
-        }
-    });
+    dispatch: Dispatch,
+) -> hyper::server::conn::http1::Connection<TokioIo<Watched<tokio::net::TcpStream>>, Dispatch> {
+    let io = TokioIo::new(Watched::new(stream, dispatch.clock.clone()));
     hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
-        .serve_connection(io, service)
+        .serve_connection(io, dispatch)
+}
+
+/// The request counts as in progress until hyper has written (and dropped) the body.
+pub(super) fn ends_with(
+    resp: axum::response::Response,
+    in_flight: watchdog::InFlight,
+) -> axum::response::Response {
+    resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight)))
 }
 
 /// A response body that holds its request's [`watchdog::InFlight`] until dropped.

@@ -22,8 +22,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
 use super::health::{self, Health, HealthStatus};
+use super::{claim, guarded, locks};
 use super::{dashboard, handlers};
-use super::{guarded, locks};
 use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Kind, NewCampaignBody, Order,
     OrderPage, OrderState, Outcome, RestockBody, Status,
@@ -45,7 +45,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         license(name = "MIT OR Apache-2.0"),
     ),
     paths(
-        guarded::claim,
+        claim::claim,
         handlers::get_campaign,
         handlers::create_campaign,
         handlers::restock,

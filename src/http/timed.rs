@@ -1,4 +1,4 @@
-//! Request latency of every route but claims (which count their own, see `guarded::claim`):
+//! Request latency of every route but claims (which count their own, see `claim::claim`):
 //! `seckill_http_request_duration_seconds{route, outcome}` with the route template as axum
 //! matched it (a finite set, never the raw path) and the status class as outcome.
 

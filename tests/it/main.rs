@@ -11,6 +11,7 @@ mod cli;
 mod commit_failure;
 mod conformance;
 mod crash;
+mod fast_dispatch;
 mod fuzz_props;
 mod guards;
 mod helpers;
