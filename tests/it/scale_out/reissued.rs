@@ -25,7 +25,7 @@ async fn a_reissued_order_id_fences_the_campaign_records_its_buyers_and_rebuilds
     let a = Seckill::serve(&[redis.url()], &db, &[]);
     let client = a.client();
     client
-        .create_campaign(&json!({"id": "re", "stock": 1000, "per_user_limit": 1}))
+        .create_campaign(&json!({"id": "re", "stock": 1_000_000, "per_user_limit": 1}))
         .await
         .unwrap();
     let mut won = Vec::new();
