@@ -77,12 +77,21 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
         assert_eq!(claim(&c, "s", &format!("u{i}")).await.outcome, Outcome::Won);
         assert_eq!(claim(&c, "p", &format!("u{i}")).await.outcome, Outcome::Won);
     }
-    let (s, _) = c.admin(Method::POST, "/v1/orders/s-2/cancel", None).await.unwrap();
+    let (s, _) = c
+        .admin(Method::POST, "/v1/orders/s-2/cancel", None)
+        .await
+        .unwrap();
     assert_eq!(s.as_u16(), 200);
-    let (s, _) = c.admin(Method::POST, "/v1/orders/p-1/confirm", None).await.unwrap();
+    let (s, _) = c
+        .admin(Method::POST, "/v1/orders/p-1/confirm", None)
+        .await
+        .unwrap();
     assert_eq!(s.as_u16(), 200);
     let before = all(&c).await;
-    let views = (c.campaign("s").await.unwrap(), c.campaign("p").await.unwrap());
+    let views = (
+        c.campaign("s").await.unwrap(),
+        c.campaign("p").await.unwrap(),
+    );
     first.signal(libc::SIGKILL);
     drop(first);
 
@@ -92,7 +101,10 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
         .connect()
         .await
         .unwrap();
-    sqlx::raw_sql(BACK_TO_0005).execute(&mut conn).await.unwrap();
+    sqlx::raw_sql(BACK_TO_0005)
+        .execute(&mut conn)
+        .await
+        .unwrap();
     conn.close().await.unwrap();
 
     let second = Proc::start(dir.path());
@@ -101,7 +113,10 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
     for (id, o) in &before {
         assert_eq!(c.order(id).await.unwrap().as_ref(), Some(o), "GET {id}");
     }
-    let after = (c.campaign("s").await.unwrap(), c.campaign("p").await.unwrap());
+    let after = (
+        c.campaign("s").await.unwrap(),
+        c.campaign("p").await.unwrap(),
+    );
     assert_eq!(after.0.remaining, views.0.remaining);
     assert_eq!(after.1.holds, views.1.holds);
     // Orders go on: the next numbers, the cancelled code handed out again, a pending order
@@ -110,9 +125,18 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
     assert_eq!(next.order_id.as_deref(), Some("s-5"));
     assert_eq!(claim(&c, "s", "u0").await.outcome, Outcome::AlreadyClaimed);
     assert_eq!(claim(&c, "p", "new").await.order_id.as_deref(), Some("p-5"));
-    let (s, body) = c.admin(Method::POST, "/v1/orders/p-2/confirm", None).await.unwrap();
-    assert_eq!((s.as_u16(), body["state"].as_str()), (200, Some("confirmed")));
-    assert_eq!(c.order("p-2").await.unwrap().unwrap().state, OrderState::Confirmed);
+    let (s, body) = c
+        .admin(Method::POST, "/v1/orders/p-2/confirm", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.as_u16(), body["state"].as_str()),
+        (200, Some("confirmed"))
+    );
+    assert_eq!(
+        c.order("p-2").await.unwrap().unwrap().state,
+        OrderState::Confirmed
+    );
     assert!(c.order("s-02").await.unwrap().is_none());
     assert!(c.order("s-99").await.unwrap().is_none());
 
@@ -129,5 +153,7 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
     let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.contains(&"orders_pending"), "{names:?}");
-    assert!(shapes.iter().any(|(n, sql)| n == "orders" && sql.contains("WITHOUT ROWID")));
+    assert!(shapes
+        .iter()
+        .any(|(n, sql)| n == "orders" && sql.contains("WITHOUT ROWID")));
 }

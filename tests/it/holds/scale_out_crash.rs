@@ -11,11 +11,11 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use seckill::bench::client::ClaimReply;
-use seckill::bench::{self, drain, BenchOpts, ScenarioName, Win};
+use seckill::bench::{drain, Win};
 use seckill::domain::{OrderState, Outcome};
 
 use super::payers::{load, resolved_as_answered, Seen};
-use crate::helpers::{settle_url, TOKEN};
+use crate::helpers::settle_url;
 use crate::scale_out::procs::Seckill;
 use crate::servers::{pg, RedisServer};
 
@@ -150,23 +150,5 @@ async fn bench_holds_preset_verifies_across_two_instances() {
     let b = Seckill::serve(&urls, &postgres, &["--no-worker"]);
     let _worker = Seckill::worker(&urls, &postgres, &[]);
     let both = format!("{},{}", a.url.clone().unwrap(), b.url.clone().unwrap());
-    let mut o = BenchOpts::new(&both, TOKEN, ScenarioName::Holds);
-    o.drain_interval = Duration::from_millis(50);
-    o.codes = Some(100);
-    o.hold_seconds = Some(1);
-    o.duration = Some(Duration::from_secs(4));
-    o.connections = Some(8);
-    o.rate = Some(150.0);
-    let r = bench::run(&o).await.expect("the bench runs");
-    let v = r.verification.expect("verification ran");
-    assert!(v.violations.is_empty(), "{:#?}", v.violations);
-    assert!(v.drained);
-    let h = v.holds.expect("the holds summary");
-    assert!(h.expired > 0 && h.confirmed > 0, "{h:?}");
-    assert!(
-        v.orders > 100,
-        "expired codes sold again: {} orders",
-        v.orders
-    );
-    assert_eq!(v.remaining + v.active_units, v.total);
+    crate::bench_run::holds_preset_runs_clean(&both).await;
 }
