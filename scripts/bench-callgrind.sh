@@ -49,7 +49,8 @@ trap cleanup EXIT
 # start ROW ARGS...: the server under callgrind, collection on, URL set once it listens.
 start() {
     local row=$1; shift
-    valgrind --tool=callgrind --callgrind-out-file="$WORK/$row.%p.out" \
+    # Uncompressed names: each dump (the storm is the second) reads alone in callgrind_annotate.
+    valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/$row.%p.out" \
         "$BIN" "$@" >"$WORK/$row.stdout" 2>"$WORK/$row.log" &
     PID=$!
     URL=

@@ -5,7 +5,7 @@
 //! engine disagree, which is a [`WriteFault::Diverged`]: the batch rolls back and the engine
 //! re-reads its state before acknowledging anything (see `group_commit`).
 
-use sqlx::{Row, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use super::rows::micros;
 use super::sqlite_writer::WriteFault;
@@ -17,24 +17,25 @@ pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> any
         LedgerWrite::Expire { order_id, at } => (order_id, at, "expired"),
         other => anyhow::bail!("not a resolution: {other:?}"),
     };
+    // No RETURNING: SQLite collects RETURNING rows in a temporary b-tree per statement, and
+    // the key already names the campaign.
     let (campaign_id, seq) = super::sqlite::order_key(order_id);
-    let row = sqlx::query(
+    let done = sqlx::query(
         "UPDATE orders SET state = ?, resolved_at = ? \
-         WHERE campaign_id = ? AND seq = ? AND state = 'pending' RETURNING campaign_id",
+         WHERE campaign_id = ? AND seq = ? AND state = 'pending'",
     )
     .bind(state)
     .bind(micros(*at))
     .bind(campaign_id)
     .bind(seq)
-    .fetch_optional(&mut *conn)
+    .execute(&mut *conn)
     .await?;
-    let Some(row) = row else {
+    if done.rows_affected() != 1 {
         return Err(WriteFault::Diverged(format!(
             "order {order_id} is not pending in the ledger; it cannot become {state}"
         ))
         .into());
-    };
-    let campaign_id: String = row.get(0);
+    }
     sqlx::query("INSERT INTO events (campaign_id, kind, detail, at) VALUES (?, ?, ?, ?)")
         .bind(campaign_id)
         .bind(state)

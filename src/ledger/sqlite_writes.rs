@@ -3,7 +3,7 @@
 //! (see `sqlite_writer`); any error here rolls the whole batch back.
 
 use chrono::{DateTime, Utc};
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use super::rows::{self, micros};
 use super::{IdemRecord, LedgerWrite};
@@ -167,20 +167,19 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await
         }
         LedgerWrite::Cancel { order_id, at } => {
+            // No RETURNING (a temporary b-tree per statement): the key names the campaign.
             let (campaign_id, seq) = super::sqlite::order_key(order_id);
             let done = sqlx::query(
                 "UPDATE orders SET state = 'cancelled', cancelled_at = ? \
-                 WHERE campaign_id = ? AND seq = ? AND state IN ('active', 'pending', 'confirmed') \
-                 RETURNING campaign_id",
+                 WHERE campaign_id = ? AND seq = ? AND state IN ('active', 'pending', 'confirmed')",
             )
             .bind(micros(*at))
             .bind(campaign_id)
             .bind(seq)
-            .fetch_optional(&mut *conn)
+            .execute(&mut *conn)
             .await?;
-            if let Some(row) = done {
-                let campaign_id: String = row.get(0);
-                event(conn, &campaign_id, "cancel", order_id.clone(), *at).await?;
+            if done.rows_affected() == 1 {
+                event(conn, campaign_id, "cancel", order_id.clone(), *at).await?;
             }
             Ok(())
         }
