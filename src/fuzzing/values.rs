@@ -215,6 +215,15 @@ pub fn stream_entry(data: &[u8]) {
     };
     serde_json::from_str::<serde_json::Value>(&entry.payload()).expect("payload is JSON");
     let _ = entry.write();
+    assert!(entry.orders_carried() >= 1);
+    for one in entry.clone().expand() {
+        assert_eq!(
+            one.key(),
+            entry.key(),
+            "an expanded order keeps its entry's id"
+        );
+        let _ = one.write();
+    }
     let Ok(order) = entry.order() else { return };
     assert!(order.qty >= 1);
     let (c, _) = parse_order_id(&order.order_id).expect("an accepted order id parses");

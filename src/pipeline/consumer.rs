@@ -60,6 +60,9 @@ pub struct Consumer {
     reclaim: reclaim::Reclaim,
     /// The Redis link when this step started reading (`--redis-wait-replicas`).
     read_on: Option<Health>,
+    /// Orders per stream entry in the last read (a batch entry of `claims.lua` holds many),
+    /// so that a step reads about `--pipeline-batch` orders, not as many batch entries.
+    per_entry: usize,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -95,6 +98,7 @@ impl Consumer {
             fenced: Default::default(),
             reclaim,
             read_on: None,
+            per_entry: 1,
         }
     }
 
@@ -202,14 +206,20 @@ impl Consumer {
                 .arg(GROUP)
                 .arg(&self.opts.consumer)
                 .arg("COUNT")
-                .arg(room)
+                .arg(room.div_ceil(self.per_entry))
                 .arg("STREAMS")
                 .arg(&stream)
                 .arg(if own { "0" } else { ">" })
                 .query_async(&mut self.conn)
                 .await?;
             for key in reply.map(|r| r.keys).unwrap_or_default() {
-                out.extend(key.ids.into_iter().filter(|s| !s.map.is_empty()).map(wrap));
+                let read: Vec<StreamId> =
+                    key.ids.into_iter().filter(|s| !s.map.is_empty()).collect();
+                let n = read.len();
+                out.extend(read.into_iter().flat_map(|s| wrap(s).expand()));
+                if let Some(per) = out.len().checked_div(n) {
+                    self.per_entry = per.max(1);
+                }
             }
         }
         Ok(out)
@@ -224,15 +234,25 @@ impl Consumer {
             ..Step::default()
         };
         let mut good: Vec<(Entry, PipelineWrite)> = Vec::with_capacity(entries.len());
+        let mut poisoned = Vec::new();
         for e in entries {
             match e.write() {
                 Ok(w) => good.push((e, w)),
                 Err(why) => {
                     self.poison(&e, None, &format!("{why:#}")).await?;
                     step.poisoned += 1;
+                    poisoned.push(e);
                 }
             }
         }
+        // A stream entry is acknowledged once every order it carries is handled: a poisoned
+        // one alone now, one with orders still to write together with them.
+        let pending: std::collections::HashSet<(&str, &str)> =
+            good.iter().map(|(e, _)| e.key()).collect();
+        let (poisoned, alone): (Vec<Entry>, Vec<Entry>) = poisoned
+            .into_iter()
+            .partition(|e| pending.contains(&e.key()));
+        self.ack(&alone).await?;
         if good.is_empty() {
             return Ok(step);
         }
@@ -256,7 +276,8 @@ impl Consumer {
             }
             Ok(out) => {
                 let refused = self.refused(&good, &out).await?;
-                self.ack(good.iter().map(|(e, _)| e)).await?;
+                self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
+                    .await?;
                 step.persisted += good.len() - refused;
                 step.poisoned += refused;
             }
@@ -264,12 +285,14 @@ impl Consumer {
                 // Somewhere in the batch is an entry PostgreSQL refuses: find it alone, in
                 // stream order. The same checks as a batch: a different order under an id is
                 // the gate's lost state, a contradicting transition is recorded, never absorbed.
+                // Acknowledged at the end, all together (the orders of one batch entry are
+                // acknowledged as one): cut short, the pass is redone, and what it wrote is a
+                // harmless replay.
                 for (i, (entry, write)) in good.iter().enumerate() {
                     let one = std::slice::from_ref(write);
                     match self.ledger.apply_pipeline(one, fence).await {
                         Ok(out) => {
                             let refused = self.refused(&good[i..=i], &out).await?;
-                            self.ack([entry]).await?;
                             step.persisted += 1 - refused;
                             step.poisoned += refused;
                         }
@@ -280,6 +303,8 @@ impl Consumer {
                         Err(e) => return Err(e),
                     }
                 }
+                self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
+                    .await?;
             }
             Err(e) => {
                 return Err(e.context("the ledger did not take the orders; they stay in the stream"))
@@ -300,16 +325,22 @@ impl Consumer {
         Ok(out.collisions.len() + out.contradictions.len())
     }
 
+    /// Acknowledges (and removes) the stream entries of `entries`, each once.
     async fn ack<'a>(
         &mut self,
         entries: impl IntoIterator<Item = &'a Entry>,
     ) -> anyhow::Result<()> {
-        let mut by_campaign: HashMap<&str, Vec<String>> = HashMap::new();
+        // Orders per stream entry: the orders of a batch entry are acknowledged together.
+        let mut orders: HashMap<(&str, &str), u64> = HashMap::new();
         for e in entries {
+            *orders.entry(e.key()).or_default() += e.orders_carried();
+        }
+        let mut by_campaign: HashMap<&str, Vec<(String, u64)>> = HashMap::new();
+        for ((campaign, id), n) in orders {
             by_campaign
-                .entry(&e.campaign_id)
+                .entry(campaign)
                 .or_default()
-                .push(e.stream_id.clone());
+                .push((id.to_owned(), n));
         }
         for (campaign, ids) in by_campaign {
             self.scripts.ack(&mut self.conn, campaign, &ids).await?;
@@ -317,8 +348,10 @@ impl Consumer {
         Ok(())
     }
 
-    /// Records an entry that can never be persisted, gives a new order's units back (a
-    /// transition's were settled in Redis when it was decided), acknowledges it.
+    /// Records an entry that can never be persisted and gives a new order's units back (a
+    /// transition's were settled in Redis when it was decided; `release.lua` gives an order
+    /// back at most once, so a pass redone after a crash changes nothing). The caller
+    /// acknowledges it.
     async fn poison(
         &mut self,
         entry: &Entry,
@@ -350,6 +383,6 @@ impl Consumer {
                 )
                 .await?;
         }
-        self.ack([entry]).await
+        Ok(())
     }
 }

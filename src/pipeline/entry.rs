@@ -1,9 +1,14 @@
 //! Stream entries of the order pipeline: what the claim and resolution scripts append, parsed
 //! back into the ledger writes they stand for.
 //!
-//! Two kinds share a campaign's stream (docs/HOLDS.md, "Scale-out"):
+//! Three kinds share a campaign's stream (docs/HOLDS.md, "Scale-out"):
+//! - a **batch of new orders** from `claims.lua`: `at`, `pay_by` for a campaign with holds, and
+//!   `orders`, one line per order (`order_id`, `user`, `qty`, then its codes, tab-separated).
+//!   One entry per script call rather than per order, because Redis pays for a stream entry
+//!   three times (XADD, the XREADGROUP reply, the acknowledgement) whatever it holds;
+//!   [`Entry::expand`] turns it back into one entry per order, all under the batch's stream id;
 //! - a **new order** (`order_id`, `user`, `qty`, `at`, optional `codes`, and `pay_by` for a
-//!   campaign with holds, which makes the order `pending`);
+//!   campaign with holds, which makes the order `pending`), from `claim.lua`;
 //! - a **transition** of a pending order, decided in Redis: `kind` (`confirmed`, `expired` or
 //!   `cancelled`), `resolved_at`, and the whole order again. It carries the whole order so that
 //!   it can be applied even before its new-order entry (reclaimed entries arrive out of order).
@@ -18,6 +23,9 @@ use redis::Value;
 
 use crate::domain::{Order, OrderState};
 use crate::ledger::{PipelineWrite, Transition};
+
+/// The field of a batch entry that holds its orders.
+const ORDERS: &str = "orders";
 
 /// One entry read from a campaign's order stream.
 #[derive(Debug, Clone)]
@@ -35,6 +43,71 @@ fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
 }
 
 impl Entry {
+    /// The entries this stream entry stands for: one per order of a batch entry, each with the
+    /// batch's stream id (acknowledged once all of them are in the ledger); any other entry is
+    /// itself. A batch entry that does not unpack is returned whole, and [`Entry::write`] says
+    /// why it is poison.
+    pub fn expand(self) -> Vec<Entry> {
+        if !self.fields.contains_key(ORDERS) {
+            return vec![self];
+        }
+        match self.unpack() {
+            Ok(orders) => orders,
+            Err(_) => vec![self],
+        }
+    }
+
+    /// The orders this entry carries: those of a batch entry that did not unpack (one line
+    /// each), else one (an expanded order, a single order, a transition).
+    pub fn orders_carried(&self) -> u64 {
+        match self.fields.get(ORDERS) {
+            None => 1,
+            Some(v) => redis::from_redis_value::<String>(v)
+                .map(|t| t.split('\n').count() as u64)
+                .unwrap_or(1),
+        }
+    }
+
+    /// The stream entry this one is, or came from: (campaign, stream id).
+    pub fn key(&self) -> (&str, &str) {
+        (&self.campaign_id, &self.stream_id)
+    }
+
+    fn unpack(&self) -> anyhow::Result<Vec<Entry>> {
+        let lines = self.text(ORDERS)?;
+        let mut shared = self.fields.clone();
+        shared.remove(ORDERS);
+        for name in shared.keys() {
+            anyhow::ensure!(
+                name == "at" || name == "pay_by",
+                "a batch entry carries field {name:?}"
+            );
+        }
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let mut out = Vec::new();
+        for line in lines.split('\n') {
+            let mut parts = line.split('\t');
+            let mut fields = shared.clone();
+            for name in ["order_id", "user", "qty"] {
+                let part = parts
+                    .next()
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| anyhow!("an order line lacks its {name}: {line:?}"))?;
+                fields.insert(name.to_owned(), bulk(part));
+            }
+            let codes: Vec<&str> = parts.collect();
+            if !codes.is_empty() {
+                fields.insert("codes".to_owned(), bulk(&codes.join("\n")));
+            }
+            out.push(Entry {
+                campaign_id: self.campaign_id.clone(),
+                stream_id: self.stream_id.clone(),
+                fields,
+            });
+        }
+        Ok(out)
+    }
+
     fn text(&self, name: &str) -> anyhow::Result<String> {
         let v = self
             .fields
@@ -87,6 +160,11 @@ impl Entry {
 
     /// What this entry asks of the ledger: a new order, or a transition of a pending one.
     pub fn write(&self) -> anyhow::Result<PipelineWrite> {
+        if self.fields.contains_key(ORDERS) {
+            let why = self.unpack().err();
+            return Err(why.unwrap_or_else(|| anyhow!("a batch entry not expanded")))
+                .context("a batch of orders that does not unpack");
+        }
         if !self.fields.contains_key("kind") {
             return Ok(PipelineWrite::Order(self.order()?));
         }
@@ -186,5 +264,60 @@ mod tests {
         ]
         .concat();
         assert!(entry(&no_pay_by).write().is_err());
+    }
+
+    #[test]
+    fn a_batch_entry_expands_into_its_orders_under_one_stream_id() {
+        let batch = entry(&[
+            ("at", "1000"),
+            ("pay_by", "5000"),
+            ("orders", "c-7\tu\t2\nc-8\tv\t1\tA1\nc-9\tw w\t2\tB1\tB2"),
+        ]);
+        let all = batch.expand();
+        assert_eq!(all.len(), 3);
+        assert!(all.iter().all(|e| e.stream_id == "1-0"));
+        let orders: Vec<Order> = all.iter().map(|e| e.order().unwrap()).collect();
+        let shape: Vec<(&str, &str, u64, Option<Vec<String>>)> = orders
+            .iter()
+            .map(|o| {
+                (
+                    o.order_id.as_str(),
+                    o.user_id.as_str(),
+                    o.qty,
+                    o.codes.clone(),
+                )
+            })
+            .collect();
+        let codes = |c: &[&str]| Some(c.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            shape,
+            [
+                ("c-7", "u", 2, None),
+                ("c-8", "v", 1, codes(&["A1"])),
+                ("c-9", "w w", 2, codes(&["B1", "B2"])),
+            ]
+        );
+        assert!(orders.iter().all(|o| o.state == OrderState::Pending
+            && o.pay_by == DateTime::from_timestamp_micros(5000)
+            && o.created_at == DateTime::from_timestamp_micros(1000).unwrap()));
+        let plain = entry(&[("at", "1000"), ("orders", "c-7\tu\t2")]).expand();
+        assert_eq!(plain[0].order().unwrap().state, OrderState::Active);
+    }
+
+    #[test]
+    fn a_batch_entry_that_does_not_unpack_stays_whole_and_is_poison() {
+        for bad in [
+            &[("at", "1000"), ("orders", "")][..],
+            &[("at", "1000"), ("orders", "c-7\tu\t2\nc-8\tv")],
+            &[("at", "1000"), ("orders", "c-7\t\t2")],
+            &[("at", "1000"), ("kind", "expired"), ("orders", "c-7\tu\t2")],
+        ] {
+            let all = entry(bad).expand();
+            assert_eq!(all.len(), 1, "{bad:?}");
+            let why = format!("{:#}", all[0].write().unwrap_err());
+            assert!(why.contains("does not unpack"), "{why}");
+        }
+        let zero = entry(&[("at", "1000"), ("orders", "c-7\tu\t0")]).expand();
+        assert!(zero[0].write().is_err(), "qty 0 is poison, alone");
     }
 }

@@ -65,11 +65,15 @@ pub fn default_consumer_name() -> String {
 pub async fn lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u64> {
     let mut total = 0;
     for id in campaigns {
-        let n: u64 = redis::cmd("XLEN")
-            .arg(Keys::new(id).orders())
+        let k = Keys::new(id);
+        let (entries, packed): (u64, Option<i64>) = redis::pipe()
+            .cmd("XLEN")
+            .arg(k.orders())
+            .cmd("GET")
+            .arg(k.packed())
             .query_async(conn)
             .await?;
-        total += n;
+        total += entries + packed.unwrap_or(0).max(0) as u64;
     }
     Ok(total)
 }

@@ -312,12 +312,13 @@ impl Scripts {
             .key(k.orders())
             .key(k.held())
             .key(k.deadlines())
-            .key(k.idem_rejected());
+            .key(k.idem_rejected())
+            .key(k.packed());
         inv.arg(idem_ttl_secs)
             .arg(rejected.rejected_ttl.num_seconds().max(1))
             .arg(rejected.per_user)
             .arg(rejected.per_campaign);
-        let mut keys = 8;
+        let mut keys = 9;
         for c in claims {
             inv.arg(c.user).arg(c.qty);
             match c.key {

@@ -43,6 +43,13 @@ impl Keys {
         format!("{}:orders", self.tag)
     }
 
+    /// Orders in the stream beyond one per entry (a batch entry of `claims.lua` holds many):
+    /// added when a batch entry is appended, taken off when it is acknowledged, so the orders
+    /// not yet in the ledger are `XLEN` of the stream plus this.
+    pub fn packed(&self) -> String {
+        format!("{}:packed", self.tag)
+    }
+
     pub fn released(&self) -> String {
         format!("{}:released", self.tag)
     }

@@ -323,14 +323,18 @@ impl Scripts {
         &self,
         conn: &mut RedisConn,
         campaign: &str,
-        ids: &[String],
+        ids: &[(String, u64)],
     ) -> RedisResult<u64> {
         let mut acked = 0;
+        let k = Keys::new(campaign);
         for chunk in ids.chunks(2000) {
             let mut inv = self.ack.prepare_invoke();
-            inv.key(Keys::new(campaign).orders()).arg(GROUP);
-            for id in chunk {
-                inv.arg(id);
+            inv.key(k.orders()).key(k.packed()).arg(GROUP);
+            for (id, orders) in chunk {
+                match orders {
+                    0 | 1 => inv.arg(id),
+                    n => inv.arg(format!("{id}+{}", n - 1)),
+                };
             }
             let _t = timer("ack");
             acked += inv.invoke_async::<u64>(conn).await?;

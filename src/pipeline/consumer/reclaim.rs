@@ -181,7 +181,7 @@ impl Consumer {
             .into_iter()
             .flat_map(|k| k.ids)
             .filter(|s| !s.map.is_empty())
-            .map(wrap)
+            .flat_map(|s| wrap(s).expand())
             .collect();
         let mut cursor = "0-0".to_owned();
         while out.len() < room {
@@ -203,7 +203,7 @@ impl Consumer {
                     "took over orders of a stalled consumer"
                 );
             }
-            out.extend(reply.claimed.into_iter().map(wrap));
+            out.extend(reply.claimed.into_iter().flat_map(|s| wrap(s).expand()));
             cursor = reply.next_stream_id;
             if cursor == "0-0" {
                 break;

@@ -14,6 +14,7 @@ use seckill::domain::{ClaimAnswer, Kind, Status};
 use seckill::engine::redis::{BatchClaim, Keys, RedisConn, RedisTarget, Scripts};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::IdemLimits;
+use seckill::pipeline::Entry;
 
 use super::{check_exact, won_of};
 use crate::helpers::{App, Deploy};
@@ -188,22 +189,44 @@ async fn decide_alike(hold: Option<u32>) {
     let x: Option<String> = conn.get(a.seq()).await.unwrap();
     let y: Option<String> = conn.get(b.seq()).await.unwrap();
     assert_eq!(x, y, "order numbers");
-    let entries = |s: redis::streams::StreamRangeReply, id: &str| -> Vec<Vec<String>> {
+    // One entry per order from claim.lua, one per call from claims.lua: the same orders once
+    // the pipeline has expanded them.
+    let orders = |s: redis::streams::StreamRangeReply, id: &str| -> Vec<Vec<String>> {
         s.ids
             .into_iter()
+            .flat_map(|e| {
+                let entry = Entry {
+                    campaign_id: id.to_owned(),
+                    stream_id: e.id,
+                    fields: e.map,
+                };
+                entry.expand()
+            })
             .map(|e| {
-                ["order_id", "user", "qty", "codes", "kind"]
-                    .iter()
-                    .map(|f| e.get::<String>(f).unwrap_or_default().replacen(id, "X", 1))
-                    .collect()
+                let o = e.order().unwrap();
+                let pending = o.pay_by.is_some().to_string();
+                let codes = o.codes.unwrap_or_default().join(",");
+                let id = o.order_id.replacen(id, "X", 1);
+                vec![id, o.user_id, o.qty.to_string(), codes, pending]
             })
             .collect()
     };
     let x: redis::streams::StreamRangeReply = conn.xrange_all(a.orders()).await.unwrap();
     let y: redis::streams::StreamRangeReply = conn.xrange_all(b.orders()).await.unwrap();
-    let (x, y) = (entries(x, "one"), entries(y, "many"));
+    let (entries_one, entries_many) = (x.ids.len(), y.ids.len());
+    let (x, y) = (orders(x, "one"), orders(y, "many"));
     assert!(!x.is_empty());
-    assert_eq!(x, y, "the streams of orders differ");
+    assert_eq!(x, y, "the orders in the streams differ");
+    assert_eq!(
+        entries_one,
+        x.len(),
+        "claim.lua appends one entry per order"
+    );
+    assert!(
+        entries_many < entries_one,
+        "claims.lua appends one entry per call: {entries_many} entries for {} orders",
+        y.len()
+    );
     if hold.is_some() {
         let s: redis::streams::StreamRangeReply = conn.xrange_all(a.orders()).await.unwrap();
         assert!(s.ids.iter().all(|e| e.get::<String>("pay_by").is_some()));

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use serde_json::json;
+use sqlx::Connection;
 
 use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
@@ -101,5 +103,123 @@ async fn one_step_moves_the_stream_into_the_ledger() {
         10,
         "inserted once"
     );
+    server.stop().await.unwrap();
+}
+
+/// Concurrent claims reach the stream as one entry per script call; one step writes every
+/// order of those entries, and an order PostgreSQL refuses is poisoned alone: the rest of its
+/// entry persists, its unit goes back, and the entry is acknowledged once, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
+    let redis = RedisServer::start(&[]);
+    let db = pg().fresh_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+    cfg.scale.redis = vec![redis.url()];
+    cfg.scale.postgres = Some(db.clone());
+    cfg.scale.no_worker = true;
+    let server = seckill::cli::start(cfg).await.unwrap();
+    let client = Client::new(&server.url(), TOKEN);
+    client
+        .create_campaign(&json!({"id": "packed", "stock": 1000}))
+        .await
+        .unwrap();
+    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
+    sqlx::query(
+        "ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory') NOT VALID",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let users: Vec<String> = (0..300)
+        .map(|i| match i {
+            150 => "mallory".to_owned(),
+            _ => format!("u{i}"),
+        })
+        .collect();
+    let won = futures::stream::iter(&users)
+        .map(|u| client.claim("packed", u, 1, None))
+        .buffer_unordered(300)
+        .filter(|r| std::future::ready(matches!(r, Ok(ClaimReply::Processed(_)))))
+        .count()
+        .await;
+    assert_eq!(won, 300);
+    let mut raw = redis::Client::open(redis.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let len = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let n: u64 = redis::cmd("XLEN")
+                .arg("{c:packed}:orders")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    let entries = len(&mut raw).await;
+    assert!(
+        entries < 150,
+        "300 concurrent claims came as {entries} stream entries"
+    );
+
+    let target = RedisTarget {
+        urls: vec![redis.url()],
+        cluster: false,
+        sentinel_master: None,
+    };
+    let mut gate = RedisConn::connect(&target).await.unwrap();
+    let campaigns = ["packed".to_owned()];
+    let lag = seckill::pipeline::lag(&mut gate, &campaigns).await.unwrap();
+    assert_eq!(lag, 300, "the lag counts orders, not entries");
+    let ledger = Arc::new(PgLedger::open(&db, 2).await.unwrap());
+    let mut consumer = Consumer::new(
+        RedisConn::connect(&target).await.unwrap(),
+        ledger.clone(),
+        Arc::new(Scripts::default()),
+        PipelineOptions::new(),
+    );
+    let mut total = Step::default();
+    loop {
+        let s = consumer.step().await.unwrap();
+        if s.read == 0 {
+            break;
+        }
+        total.read += s.read;
+        total.persisted += s.persisted;
+        total.poisoned += s.poisoned;
+    }
+    assert_eq!(
+        total,
+        Step {
+            read: 300,
+            persisted: 299,
+            poisoned: 1
+        }
+    );
+    assert_eq!(
+        len(&mut raw).await,
+        0,
+        "every entry acknowledged and removed"
+    );
+    let lag = seckill::pipeline::lag(&mut gate, &campaigns).await.unwrap();
+    assert_eq!(lag, 0);
+    let packed: i64 = redis::cmd("GET")
+        .arg("{c:packed}:packed")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(packed, 0, "every batch entry's count taken off once");
+    let orders = client.all_orders("packed").await.unwrap();
+    assert_eq!(orders.len(), 299);
+    assert!(orders.iter().all(|o| o.user_id != "mallory"));
+    let failed = ledger.failed_orders("packed").await.unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].1.contains("no_mallory"), "{}", failed[0].1);
+    let view = client.campaign("packed").await.unwrap();
+    assert_eq!(view.remaining, 701, "mallory's unit went back, once");
     server.stop().await.unwrap();
 }

@@ -9,12 +9,34 @@
 -- was delivered and is no longer pending. The acknowledged ids at or above the floor (behind an
 -- entry another consumer still holds, or the newest one itself) are deleted one by one.
 --
+-- A batch entry of claims.lua holds many orders; its id comes as '<id>+<n>' with n the orders
+-- it holds beyond one, taken off the campaign's packed count when the entry is acknowledged
+-- now (XACK answers 1 only once per entry, so a redelivered entry is never counted twice).
+--
 -- KEYS[1] {c:<id>}:orders  stream
+-- KEYS[2] {c:<id>}:packed  string  orders in the stream beyond one per entry (claims.lua)
 -- ARGV[1] consumer group
--- ARGV[2…] entry ids (at most a few thousand per call)
+-- ARGV[2…] entry ids, a batch entry's as '<id>+<n>' (at most a few thousand per call)
 -- Returns the number of entries acknowledged.
 
-local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+local ids = {}
+local plain = {}
+local packed = 0
+local acked = 0
+for i = 2, #ARGV do
+  local id, n = string.match(ARGV[i], '^([^+]+)%+(%d+)$')
+  ids[#ids + 1] = id or ARGV[i]
+  if id then
+    if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+      acked = acked + 1
+      packed = packed + tonumber(n)
+    end
+  else
+    plain[#plain + 1] = ARGV[i]
+  end
+end
+if #plain > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(plain)) end
+if packed > 0 then redis.call('DECRBY', KEYS[2], packed) end
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -28,15 +50,15 @@ end
 
 local floor = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
 if not floor then
-  floor = ARGV[2]
-  for i = 3, #ARGV do
-    if below(floor, ARGV[i]) then floor = ARGV[i] end
+  floor = ids[1]
+  for i = 2, #ids do
+    if below(floor, ids[i]) then floor = ids[i] end
   end
 end
 redis.call('XTRIM', KEYS[1], 'MINID', floor)
 local rest = {}
-for i = 2, #ARGV do
-  if not below(ARGV[i], floor) then rest[#rest + 1] = ARGV[i] end
+for i = 1, #ids do
+  if not below(ids[i], floor) then rest[#rest + 1] = ids[i] end
 end
 if #rest > 0 then redis.call('XDEL', KEYS[1], unpack(rest)) end
 return acked

@@ -1,25 +1,32 @@
 -- claims.lua: a batch of claims on one campaign decided in one atomic step, in arrival order,
 -- each exactly as claim.lua decides one (status -> window -> allowance -> stock -> take; the
--- same outcomes, codes, per-user limits and idempotency records), and each won order appended
--- to the campaign's stream as its own entry in this same step. What a batch saves is the cost
--- Redis pays per call (reading the request, looking the script up, writing the reply) and the
--- per-claim reads and writes of the campaign's shared fields: the campaign is read once, the
--- holdings of the batch's users in one HMGET, and remaining, hver, seq and the holdings are
--- written once at the end. Deferring those writes is safe: Redis checks maxmemory only before
--- a script's first write, so once an order is appended every later write of the batch succeeds.
+-- same outcomes, codes, per-user limits and idempotency records), and the batch's won orders
+-- appended to the campaign's stream in this same step, as ONE entry. What a batch saves is the
+-- cost Redis pays per call (reading the request, looking the script up, writing the reply), the
+-- per-claim reads and writes of the campaign's shared fields, and the stream's cost per entry
+-- (XADD here, then the pipeline's XREADGROUP reply and acknowledgement, each paid per entry, not
+-- per order): the campaign is read once, the holdings of the batch's users in one HMGET, and
+-- remaining, hver, seq, the holdings and the orders' entry are written once at the end.
+-- Deferring those writes is safe: Redis checks maxmemory only before a script's first write,
+-- and every won claim writes (its idempotency answer, codes, hold or, at the latest, the
+-- entry), so once one write went through every later write of the batch succeeds too.
 --
 -- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
 --                                 hver (holders version), fenced (fence.lua), hold, pending
 -- KEYS[2] {c:<id>}:users   hash   user -> units held
 -- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
 -- KEYS[4] {c:<id>}:seq     string last order number
--- KEYS[5] {c:<id>}:orders  stream one entry per won claim (order_id, user, qty, at, codes,
---                                 pay_by with holds)
+-- KEYS[5] {c:<id>}:orders  stream one entry per batch with a won claim: at (µs), pay_by (µs,
+--                                 with holds) and orders, one line per won order in arrival
+--                                 order: order_id, user, qty and its codes, tab-separated (user
+--                                 ids and codes hold no control characters)
 -- KEYS[6] {c:<id>}:held    hash   pending orders of a campaign with holds (as in claim.lua)
 -- KEYS[7] {c:<id>}:deadlines zset order_id by pay_by (µs)
 -- KEYS[8] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time
 --         bucket of ARGV[2] seconds (as in claim.lua)
--- KEYS[9…] {c:<id>}:idem:…  the stored answers of the batch's claims that carry an
+-- KEYS[9] {c:<id>}:packed  string orders in the stream beyond one per entry (+ wins - 1 here;
+--                                 ack.lua takes them off): the pipeline lag is XLEN + this
+-- KEYS[10…] {c:<id>}:idem:… the stored answers of the batch's claims that carry an
 --         Idempotency-Key, referenced by index from the claims below
 -- ARGV[1] retention in seconds of a won answer
 -- ARGV[2] retention in seconds of a rejection answer
@@ -69,6 +76,9 @@ local seq = nil
 local wins = 0
 local pending = 0
 local changed = {}
+local records = {}
+local pay_by = nil
+if m[9] then pay_by = int(now + tonumber(m[9]) * 1000000) end
 
 local function keep_rejection(idem, user, encoded)
   local ttl = tonumber(ARGV[2])
@@ -101,13 +111,13 @@ local function decide(user, qty)
   if not seq then seq = tonumber(redis.call('GET', KEYS[4]) or '0') end
   seq = seq + 1
   local order_id = m[7] .. '-' .. int(seq)
-  local entry = {'order_id', order_id, 'user', user, 'qty', int(qty), 'at', int(now)}
+  local record = {order_id, user, int(qty)}
   if codes then
-    entry[#entry + 1] = 'codes'; entry[#entry + 1] = table.concat(codes, '\n')
+    for j = 1, #codes do record[#record + 1] = codes[j] end
   end
+  records[#records + 1] = table.concat(record, '\t')
   local outcome = 'won'
-  if m[9] then
-    local pay_by = int(now + tonumber(m[9]) * 1000000)
+  if pay_by then
     local lines = {user, int(qty), int(now), pay_by}
     if codes then
       for j = 1, #codes do lines[#lines + 1] = codes[j] end
@@ -115,10 +125,8 @@ local function decide(user, qty)
     redis.call('HSET', KEYS[6], order_id, table.concat(lines, '\n'))
     redis.call('ZADD', KEYS[7], pay_by, order_id)
     pending = pending + qty
-    entry[#entry + 1] = 'pay_by'; entry[#entry + 1] = pay_by
     outcome = 'won:' .. pay_by
   end
-  redis.call('XADD', KEYS[5], '*', unpack(entry))
   return answer(outcome, order_id, qty, nil, nil, codes), true
 end
 
@@ -148,6 +156,11 @@ for i = 0, n - 1 do
 end
 
 if wins > 0 then
+  local entry = {'at', int(now)}
+  if pay_by then entry[3] = 'pay_by'; entry[4] = pay_by end
+  entry[#entry + 1] = 'orders'; entry[#entry + 1] = table.concat(records, '\n')
+  redis.call('XADD', KEYS[5], '*', unpack(entry))
+  if wins > 1 then redis.call('INCRBY', KEYS[9], wins - 1) end
   local fields = {}
   for user in pairs(changed) do
     fields[#fields + 1] = user; fields[#fields + 1] = int(held[user])
