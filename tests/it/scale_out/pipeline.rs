@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::json;
-use sqlx::Connection;
 
 use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
@@ -16,8 +15,40 @@ use seckill::pipeline::{Consumer, PipelineOptions, Step};
 use crate::helpers::TOKEN;
 use crate::servers::{pg, RedisServer};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_step_moves_the_stream_into_the_ledger() {
+/// A scale-out server without its own pipeline, on a fresh Redis and database: the stream
+/// waits for the consumer a test drives.
+struct NoWorker {
+    redis: RedisServer,
+    db: String,
+    server: seckill::cli::Running,
+    client: Client,
+    _dir: tempfile::TempDir,
+}
+
+impl NoWorker {
+    async fn gate(&self) -> RedisConn {
+        let target = RedisTarget {
+            urls: vec![self.redis.url()],
+            cluster: false,
+            sentinel_master: None,
+        };
+        RedisConn::connect(&target).await.unwrap()
+    }
+
+    /// A consumer of the streams driven by the test, and its ledger.
+    async fn consumer(&self) -> (Consumer, Arc<PgLedger>) {
+        let ledger = Arc::new(PgLedger::open(&self.db, 2).await.unwrap());
+        let consumer = Consumer::new(
+            self.gate().await,
+            ledger.clone(),
+            Arc::new(Scripts::default()),
+            PipelineOptions::new(),
+        );
+        (consumer, ledger)
+    }
+}
+
+async fn no_worker() -> NoWorker {
     let redis = RedisServer::start(&[]);
     let db = pg().fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
@@ -27,6 +58,19 @@ async fn one_step_moves_the_stream_into_the_ledger() {
     cfg.scale.no_worker = true;
     let server = seckill::cli::start(cfg).await.unwrap();
     let client = Client::new(&server.url(), TOKEN);
+    NoWorker {
+        redis,
+        db,
+        server,
+        client,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_step_moves_the_stream_into_the_ledger() {
+    let t = no_worker().await;
+    let (redis, client) = (&t.redis, &t.client);
     client
         .create_campaign(&json!({"id": "stepped", "stock": 100}))
         .await
@@ -39,19 +83,7 @@ async fn one_step_moves_the_stream_into_the_ledger() {
         assert!(matches!(reply, ClaimReply::Processed(_)));
     }
 
-    let target = RedisTarget {
-        urls: vec![redis.url()],
-        cluster: false,
-        sentinel_master: None,
-    };
-    let ledger = Arc::new(PgLedger::open(&db, 2).await.unwrap());
-    let conn = RedisConn::connect(&target).await.unwrap();
-    let mut consumer = Consumer::new(
-        conn,
-        ledger,
-        Arc::new(Scripts::default()),
-        PipelineOptions::new(),
-    );
+    let (mut consumer, _) = t.consumer().await;
     let first = consumer.step().await.unwrap();
     assert_eq!(
         first,
@@ -103,7 +135,7 @@ async fn one_step_moves_the_stream_into_the_ledger() {
         10,
         "inserted once"
     );
-    server.stop().await.unwrap();
+    t.server.stop().await.unwrap();
 }
 
 /// Concurrent claims reach the stream as one entry per script call; one step writes every
@@ -111,26 +143,13 @@ async fn one_step_moves_the_stream_into_the_ledger() {
 /// entry persists, its unit goes back, and the entry is acknowledged once, whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
-    let redis = RedisServer::start(&[]);
-    let db = pg().fresh_db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
-    cfg.scale.redis = vec![redis.url()];
-    cfg.scale.postgres = Some(db.clone());
-    cfg.scale.no_worker = true;
-    let server = seckill::cli::start(cfg).await.unwrap();
-    let client = Client::new(&server.url(), TOKEN);
+    let t = no_worker().await;
+    let (redis, client) = (&t.redis, &t.client);
     client
         .create_campaign(&json!({"id": "packed", "stock": 1000}))
         .await
         .unwrap();
-    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
-    sqlx::query(
-        "ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory') NOT VALID",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    super::poison::refuse_mallory(&t.db).await;
     let users: Vec<String> = (0..300)
         .map(|i| match i {
             150 => "mallory".to_owned(),
@@ -166,22 +185,11 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
         "300 concurrent claims came as {entries} stream entries"
     );
 
-    let target = RedisTarget {
-        urls: vec![redis.url()],
-        cluster: false,
-        sentinel_master: None,
-    };
-    let mut gate = RedisConn::connect(&target).await.unwrap();
+    let mut gate = t.gate().await;
     let campaigns = ["packed".to_owned()];
     let lag = seckill::pipeline::lag(&mut gate, &campaigns).await.unwrap();
     assert_eq!(lag, 300, "the lag counts orders, not entries");
-    let ledger = Arc::new(PgLedger::open(&db, 2).await.unwrap());
-    let mut consumer = Consumer::new(
-        RedisConn::connect(&target).await.unwrap(),
-        ledger.clone(),
-        Arc::new(Scripts::default()),
-        PipelineOptions::new(),
-    );
+    let (mut consumer, ledger) = t.consumer().await;
     let mut total = Step::default();
     loop {
         let s = consumer.step().await.unwrap();
@@ -221,5 +229,5 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
     assert!(failed[0].1.contains("no_mallory"), "{}", failed[0].1);
     let view = client.campaign("packed").await.unwrap();
     assert_eq!(view.remaining, 701, "mallory's unit went back, once");
-    server.stop().await.unwrap();
+    t.server.stop().await.unwrap();
 }

@@ -8,6 +8,19 @@ use seckill::ledger::PgLedger;
 
 use crate::helpers::{App, Deploy};
 
+/// A rule the ledger enforces but the gate does not know: mallory's orders never persist
+/// (constraint `no_mallory`, dropped through the returned connection).
+pub(super) async fn refuse_mallory(db: &str) -> sqlx::PgConnection {
+    let mut conn = sqlx::PgConnection::connect(db).await.unwrap();
+    sqlx::query(
+        "ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory') NOT VALID",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn poison_order_is_compensated_and_recorded() {
     let app = App::spawn(Deploy::ScaleOut).await;
@@ -15,14 +28,7 @@ async fn poison_order_is_compensated_and_recorded() {
     app.create(json!({"id": "guarded", "stock": 10})).await;
     app.create(json!({"id": "guarded-codes", "codes": ["P1", "P2"]}))
         .await;
-    // A rule the ledger enforces but the gate does not know: mallory's orders never persist.
-    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
-    sqlx::query(
-        "ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory') NOT VALID",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = refuse_mallory(&db).await;
     for user in ["alice", "mallory", "bob"] {
         assert_eq!(app.claim("guarded", user, 1).await.outcome, Outcome::Won);
     }
