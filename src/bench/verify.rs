@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::storm::{Keyed, Win};
-use crate::domain::{CampaignView, Order, OrderState};
+use crate::domain::{CampaignView, Order, OrderState, Outcome};
 
 /// Which invariant a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -299,18 +299,39 @@ fn answers(ev: &Evidence<'_>, by_id: &HashMap<&str, &Order>, out: &mut Vec<Viola
     }
 }
 
+/// Answers of keyed claims that changed nothing the server keeps per user and per campaign by
+/// default (`--idempotency-max-per-user`, `--idempotency-max-rejected`): beyond either, a
+/// rejected claim is answered but not remembered, and its retry is decided afresh.
+const KEPT_REJECTIONS_PER_USER: usize = 64;
+const KEPT_REJECTIONS_PER_CAMPAIGN: usize = 100_000;
+
 /// Invariant 6: all answers to one (user, Idempotency-Key) are the same, so at most one order.
+/// A `won` answer is kept for a day, so any other answer under its key is a violation. Answers
+/// that changed nothing are kept only within the server's caps (docs/API.md), so two different
+/// rejections under one key count only when the run cannot have reached a cap: the user had
+/// fewer rejected keys than the per-user cap and the campaign fewer than the per-campaign cap
+/// (checked against the server's defaults; a server run with lower caps can show more).
 fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<(&str, &str), Vec<&Keyed>> = BTreeMap::new();
     for k in keyed {
         by_key.entry((&k.user, &k.key)).or_default().push(k);
     }
+    let mut rejected_keys: HashMap<&str, usize> = HashMap::new();
+    for ((user, _), answers) in &by_key {
+        if answers.iter().any(|a| a.outcome != Outcome::Won) {
+            *rejected_keys.entry(user).or_default() += 1;
+        }
+    }
+    let campaign_capped = rejected_keys.values().sum::<usize>() >= KEPT_REJECTIONS_PER_CAMPAIGN;
     for ((user, key), answers) in by_key {
         let distinct: HashSet<(&str, Option<&str>)> = answers
             .iter()
             .map(|a| (a.outcome.as_str(), a.order_id.as_deref()))
             .collect();
-        if distinct.len() > 1 {
+        let won = answers.iter().any(|a| a.outcome == Outcome::Won);
+        let capped = campaign_capped
+            || rejected_keys.get(user).copied().unwrap_or(0) >= KEPT_REJECTIONS_PER_USER;
+        if distinct.len() > 1 && (won || !capped) {
             let mut orders: Vec<String> =
                 answers.iter().filter_map(|a| a.order_id.clone()).collect();
             orders.sort();
@@ -332,5 +353,46 @@ fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
                 orders,
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyed(user: &str, key: &str, outcome: Outcome, order: Option<&str>) -> Keyed {
+        Keyed {
+            user: user.into(),
+            key: key.into(),
+            outcome,
+            order_id: order.map(Into::into),
+        }
+    }
+
+    /// Users flagged by invariant 6 (the user is the message's second word).
+    fn flagged(keyed: &[Keyed]) -> Vec<String> {
+        let mut out = Vec::new();
+        idempotency(keyed, &mut out);
+        out.iter()
+            .map(|v| v.message.split(' ').nth(1).unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn differing_rejections_count_only_below_the_servers_caps() {
+        let mut keyed = vec![
+            keyed("few", "k0", Outcome::OverLimit, None),
+            keyed("few", "k0", Outcome::SoldOut, None),
+            keyed("won", "k0", Outcome::Won, Some("c-1")),
+            keyed("won", "k0", Outcome::SoldOut, None),
+        ];
+        // Users past the per-user cap: their rejections need not be remembered; a won still is.
+        for user in ["many", "won"] {
+            for i in 1..=KEPT_REJECTIONS_PER_USER {
+                keyed.push(self::keyed(user, &format!("k{i}"), Outcome::SoldOut, None));
+            }
+        }
+        keyed.push(self::keyed("many", "k1", Outcome::OverLimit, None));
+        assert_eq!(flagged(&keyed), ["few", "won"]);
     }
 }
