@@ -276,8 +276,6 @@ impl Consumer {
             }
             Ok(out) => {
                 let refused = self.refused(&good, &out).await?;
-                self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
-                    .await?;
                 step.persisted += good.len() - refused;
                 step.poisoned += refused;
             }
@@ -285,7 +283,7 @@ impl Consumer {
                 // Somewhere in the batch is an entry PostgreSQL refuses: find it alone, in
                 // stream order. The same checks as a batch: a different order under an id is
                 // the gate's lost state, a contradicting transition is recorded, never absorbed.
-                // Acknowledged at the end, all together (the orders of one batch entry are
+                // Acknowledged below, all together (the orders of one batch entry are
                 // acknowledged as one): cut short, the pass is redone, and what it wrote is a
                 // harmless replay.
                 for (i, (entry, write)) in good.iter().enumerate() {
@@ -303,13 +301,14 @@ impl Consumer {
                         Err(e) => return Err(e),
                     }
                 }
-                self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
-                    .await?;
             }
             Err(e) => {
                 return Err(e.context("the ledger did not take the orders; they stay in the stream"))
             }
         }
+        // Every order of these entries is in the ledger or recorded as poison.
+        self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
+            .await?;
         Ok(step)
     }
 
