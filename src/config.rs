@@ -8,6 +8,12 @@ use clap::{Args, ValueEnum};
 use crate::guard::args::GuardArgs;
 use crate::guard::secret::Secret;
 
+/// Default of `--idempotency-max-per-user`: answers of keyed claims that changed nothing kept
+/// per user and campaign (the bench verifier reads it too: beyond it a retry may differ).
+pub const KEPT_REJECTIONS_PER_USER: u64 = 64;
+/// Default of `--idempotency-max-rejected`: the same, per campaign.
+pub const KEPT_REJECTIONS_PER_CAMPAIGN: u64 = 100_000;
+
 /// When a commit counts as durable in the embedded ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SyncMode {
@@ -56,11 +62,11 @@ pub struct ServeConfig {
 
     /// Most answers of claims that changed nothing kept per user and campaign; beyond it such
     /// claims are answered but not kept.
-    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_PER_USER", default_value_t = 64, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_PER_USER", default_value_t = KEPT_REJECTIONS_PER_USER, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub idempotency_max_per_user: u64,
 
     /// Most answers of claims that changed nothing kept per campaign (all users together).
-    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_REJECTED", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_REJECTED", default_value_t = KEPT_REJECTIONS_PER_CAMPAIGN, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     pub idempotency_max_rejected: u64,
 
     /// Largest body of campaign creation and restock, in bytes.
@@ -114,8 +120,8 @@ impl ServeConfig {
             max_batch: 4096,
             idempotency_hours: 24,
             idempotency_rejected_secs: 600,
-            idempotency_max_per_user: 64,
-            idempotency_max_rejected: 100_000,
+            idempotency_max_per_user: KEPT_REJECTIONS_PER_USER,
+            idempotency_max_rejected: KEPT_REJECTIONS_PER_CAMPAIGN,
             max_admin_body: 256 * 1024 * 1024,
             log_json: false,
             lock_redis: Vec::new(),

@@ -300,10 +300,10 @@ fn answers(ev: &Evidence<'_>, by_id: &HashMap<&str, &Order>, out: &mut Vec<Viola
 }
 
 /// Answers of keyed claims that changed nothing the server keeps per user and per campaign by
-/// default (`--idempotency-max-per-user`, `--idempotency-max-rejected`): beyond either, a
-/// rejected claim is answered but not remembered, and its retry is decided afresh.
-const KEPT_REJECTIONS_PER_USER: usize = 64;
-const KEPT_REJECTIONS_PER_CAMPAIGN: usize = 100_000;
+/// default: beyond either, a rejected claim is answered but not remembered, and its retry is
+/// decided afresh.
+const KEPT_REJECTIONS_PER_USER: usize = crate::config::KEPT_REJECTIONS_PER_USER as usize;
+const KEPT_REJECTIONS_PER_CAMPAIGN: usize = crate::config::KEPT_REJECTIONS_PER_CAMPAIGN as usize;
 
 /// Invariant 6: all answers to one (user, Idempotency-Key) are the same, so at most one order.
 /// A `won` answer is kept for a day, so any other answer under its key is a violation. Answers
