@@ -2,6 +2,8 @@
 //! codes, and one statement group per admin change. Run inside the writer's open transaction
 //! (see `sqlite_writer`); any error here rolls the whole batch back.
 
+use std::sync::OnceLock;
+
 use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
@@ -29,41 +31,90 @@ fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
+/// The text of a multi-row INSERT, built once per shape: formatting the statement (and its
+/// placeholders) for every batch cost more instructions per won claim than binding its values.
+struct ShapedSql {
+    head: &'static str,
+    columns: usize,
+    tail: &'static str,
+    built: OnceLock<[String; SHAPES.len()]>,
+}
+
+impl ShapedSql {
+    const fn new(head: &'static str, columns: usize, tail: &'static str) -> Self {
+        Self {
+            head,
+            columns,
+            tail,
+            built: OnceLock::new(),
+        }
+    }
+
+    /// The statement for `rows` rows; `rows` is one of [`SHAPES`].
+    fn get(&'static self, rows: usize) -> &'static str {
+        let built = self.built.get_or_init(|| {
+            SHAPES.map(|n| {
+                let row = format!("({})", vec!["?"; self.columns].join(", "));
+                format!(
+                    "{} VALUES {}{}",
+                    self.head,
+                    vec![row; n].join(", "),
+                    self.tail
+                )
+            })
+        });
+        let i = SHAPES
+            .iter()
+            .position(|&n| n == rows)
+            .expect("a fixed shape");
+        &built[i]
+    }
+}
+
+static INSERT_ORDERS: ShapedSql = ShapedSql::new(
+    "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by)",
+    9,
+    "",
+);
+
+static INSERT_IDEM: ShapedSql = ShapedSql::new(
+    "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at)",
+    5,
+    " ON CONFLICT DO NOTHING",
+);
+
 async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
     for chunk in shaped(orders) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) ",
-        );
-        qb.push_values(chunk, |mut b, o| {
-            b.push_bind(&o.order_id)
-                .push_bind(&o.campaign_id)
-                .push_bind(o.seq() as i64)
-                .push_bind(&o.user_id)
-                .push_bind(o.qty as i64)
-                .push_bind(rows::codes_json(&o.codes))
-                .push_bind(o.state.as_str())
-                .push_bind(micros(o.created_at))
-                .push_bind(o.pay_by.map(micros));
-        });
-        qb.build().execute(&mut *conn).await?;
+        let mut q = sqlx::query(INSERT_ORDERS.get(chunk.len()));
+        for o in chunk {
+            q = q
+                .bind(&o.order_id)
+                .bind(&o.campaign_id)
+                .bind(o.seq() as i64)
+                .bind(&o.user_id)
+                .bind(o.qty as i64)
+                .bind(rows::codes_json(&o.codes))
+                .bind(o.state.as_str())
+                .bind(micros(o.created_at))
+                .bind(o.pay_by.map(micros));
+        }
+        q.execute(&mut *conn).await?;
     }
     Ok(())
 }
 
 async fn insert_idem(conn: &mut SqliteConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
     for chunk in shaped(recs) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at) ",
-        );
-        qb.push_values(chunk, |mut b, r| {
-            b.push_bind(&r.campaign_id)
-                .push_bind(&r.user_id)
-                .push_bind(&r.key)
-                .push_bind(rows::answer_json(&r.answer))
-                .push_bind(micros(r.created_at));
-        });
-        qb.push(" ON CONFLICT DO NOTHING");
-        qb.build().execute(&mut *conn).await?;
+        let mut q = sqlx::query(INSERT_IDEM.get(chunk.len()));
+        for r in chunk {
+            q = q
+                .bind(&r.campaign_id)
+                .bind(&r.user_id)
+                .bind(&r.key)
+                .bind(rows::answer_json(&r.answer))
+                .bind(micros(r.created_at));
+        }
+        q.execute(&mut *conn).await?;
     }
     Ok(())
 }
@@ -242,5 +293,21 @@ mod tests {
             assert_eq!(chunks.concat(), rows, "{n}: every row once, in order");
             assert!(chunks.len() <= n / 256 + 3 * 4, "{n}: few statements");
         }
+    }
+
+    #[test]
+    fn each_shape_has_one_placeholder_per_value() {
+        for n in SHAPES {
+            let sql = INSERT_IDEM.get(n);
+            assert_eq!(sql.matches('?').count(), 5 * n, "{sql}");
+            assert_eq!(sql.matches("), (").count(), n - 1, "{sql}");
+            assert!(sql.ends_with(") ON CONFLICT DO NOTHING"), "{sql}");
+            assert_eq!(INSERT_ORDERS.get(n).matches('?').count(), 9 * n);
+        }
+        assert_eq!(
+            INSERT_ORDERS.get(1),
+            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        );
     }
 }
