@@ -332,17 +332,21 @@ impl Scripts {
             }
         }
         let _t = super::scripts::timer("claims");
-        let flat: Vec<String> = inv.invoke_async(conn).await?;
-        flat.chunks(2)
-            .map(|pair| match pair {
-                [tag, _] if tag == "missing" => Ok(Claimed::Missing),
-                [tag, _] if tag == "fenced" => Ok(Claimed::Fenced),
-                [_, encoded] => super::scripts::decode_answer(encoded)
+        let answers: Vec<String> = inv.invoke_async(conn).await?;
+        anyhow::ensure!(
+            answers.len() == claims.len(),
+            "the batch claim script answered {} items for {} claims",
+            answers.len(),
+            claims.len()
+        );
+        answers
+            .iter()
+            .map(|encoded| match encoded.as_str() {
+                "missing" => Ok(Claimed::Missing),
+                "fenced" => Ok(Claimed::Fenced),
+                _ => super::scripts::decode_answer(encoded)
                     .map(Claimed::Answer)
                     .ok_or_else(|| anyhow::anyhow!("the batch claim script answered {encoded:?}")),
-                _ => Err(anyhow::anyhow!(
-                    "the batch claim script answered an odd list"
-                )),
             })
             .collect()
     }

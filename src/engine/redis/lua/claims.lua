@@ -32,11 +32,12 @@
 -- ARGV[2] retention in seconds of a rejection answer
 -- ARGV[3] most rejection answers kept per user (in this campaign)
 -- ARGV[4] most rejection answers kept per campaign
--- ARGV[5…] three per claim, in arrival order: user id, qty (1 … 10^6, validated by the
---         caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
+-- ARGV[5…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
+--         validated by the caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
 --
--- Returns two items per claim, in order: tag and answer, as claim.lua returns for one claim
--- ('new', 'replay', 'missing' or 'fenced'; the answer in claim.lua's line format).
+-- Returns one item per claim, in order: its answer in claim.lua's line format (new or replayed
+-- alike: the caller treats both the same), or 'missing' / 'fenced' (no answer: the campaign is
+-- gone / fenced), which no answer can be, since every answer starts with an outcome's name.
 
 local function int(n) return string.format('%d', n) end
 local function answer(outcome, order_id, qty, remaining, held, codes)
@@ -65,9 +66,13 @@ local n = (#ARGV - 4) / 3
 local held = {}
 if status and not m[8] and not shared and n > 0 then
   local users = {}
-  for i = 0, n - 1 do users[#users + 1] = ARGV[5 + 3 * i] end
+  for i = 1, n do users[i] = ARGV[2 + 3 * i] end
   local h = redis.call('HMGET', KEYS[2], unpack(users))
-  for i = 1, #users do held[users[i]] = tonumber(h[i] or '0') end
+  -- tonumber is a strtod; a user with no holding yet (nearly every one in a storm) skips it.
+  for i = 1, n do
+    local v = h[i]
+    held[users[i]] = v and tonumber(v) or 0
+  end
 end
 
 local limit = tonumber(m[4])
@@ -75,7 +80,7 @@ local remaining = tonumber(m[5])
 local seq = nil
 local wins = 0
 local pending = 0
-local changed = {}
+local winners = {} -- the user of each win, in order (a user may repeat)
 local records = {}
 local pay_by = nil
 if m[9] then pay_by = int(now + tonumber(m[9]) * 1000000) end
@@ -96,7 +101,9 @@ local function keep_rejection(idem, user, encoded)
   redis.call('EXPIRE', cur, 2 * ttl)
 end
 
-local function decide(user, qty)
+-- qtys is the claim's qty as the caller sent it (canonical decimal), reused instead of
+-- formatted again: string.format is among the dearest steps of a won claim in this loop.
+local function decide(user, qty, qtys)
   if shared then return shared, false end
   local mine = held[user]
   if mine >= limit then return answer('already_claimed', nil, nil, nil, mine), false end
@@ -104,21 +111,21 @@ local function decide(user, qty)
   if remaining < qty then return answer('sold_out', nil, nil, remaining), false end
   remaining = remaining - qty
   held[user] = mine + qty
-  changed[user] = true
   wins = wins + 1
+  winners[wins] = user
   local codes = nil
   if m[6] == 'codes' then codes = redis.call('LPOP', KEYS[3], qty) end
   if not seq then seq = tonumber(redis.call('GET', KEYS[4]) or '0') end
   seq = seq + 1
   local order_id = m[7] .. '-' .. int(seq)
-  local record = {order_id, user, int(qty)}
   if codes then
-    for j = 1, #codes do record[#record + 1] = codes[j] end
+    records[wins] = order_id .. '\t' .. user .. '\t' .. qtys .. '\t' .. table.concat(codes, '\t')
+  else
+    records[wins] = order_id .. '\t' .. user .. '\t' .. qtys
   end
-  records[#records + 1] = table.concat(record, '\t')
   local outcome = 'won'
   if pay_by then
-    local lines = {user, int(qty), int(now), pay_by}
+    local lines = {user, qtys, int(now), pay_by}
     if codes then
       for j = 1, #codes do lines[#lines + 1] = codes[j] end
     end
@@ -127,23 +134,27 @@ local function decide(user, qty)
     pending = pending + qty
     outcome = 'won:' .. pay_by
   end
-  return answer(outcome, order_id, qty, nil, nil, codes), true
+  if codes then return answer(outcome, order_id, qty, nil, nil, codes), true end
+  -- answer(outcome, order_id, qty) without its table: outcome, id, qty, no remaining, no held
+  return outcome .. '\n' .. order_id .. '\n' .. qtys .. '\n\n', true
 end
 
 local out = {}
 for i = 0, n - 1 do
-  local user, qty, k = ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])
+  local user, qtys, k = ARGV[5 + 3 * i], ARGV[6 + 3 * i], ARGV[7 + 3 * i]
+  local qty = 1
+  if qtys ~= '1' then qty = tonumber(qtys) end
   local idem = nil
-  if k > 0 then idem = KEYS[k] end
+  if k ~= '0' then idem = KEYS[tonumber(k)] end
   local stored = idem and redis.call('GET', idem)
   if stored then
-    out[#out + 1] = 'replay'; out[#out + 1] = stored
+    out[i + 1] = stored
   elseif not status then
-    out[#out + 1] = 'missing'; out[#out + 1] = ''
+    out[i + 1] = 'missing'
   elseif m[8] then
-    out[#out + 1] = 'fenced'; out[#out + 1] = ''
+    out[i + 1] = 'fenced'
   else
-    local encoded, won = decide(user, qty)
+    local encoded, won = decide(user, qty, qtys)
     if idem then
       if won then
         redis.call('SET', idem, encoded, 'EX', ARGV[1])
@@ -151,7 +162,7 @@ for i = 0, n - 1 do
         keep_rejection(idem, user, encoded)
       end
     end
-    out[#out + 1] = 'new'; out[#out + 1] = encoded
+    out[i + 1] = encoded
   end
 end
 
@@ -161,9 +172,15 @@ if wins > 0 then
   entry[#entry + 1] = 'orders'; entry[#entry + 1] = table.concat(records, '\n')
   redis.call('XADD', KEYS[5], '*', unpack(entry))
   if wins > 1 then redis.call('INCRBY', KEYS[9], wins - 1) end
+  -- Each winner's final holding (a user who won twice is written twice, with the same value).
   local fields = {}
-  for user in pairs(changed) do
-    fields[#fields + 1] = user; fields[#fields + 1] = int(held[user])
+  local text = {} -- held amounts repeat (most users hold 1): format each amount once
+  for i = 1, wins do
+    local user = winners[i]
+    local h = held[user]
+    local s = text[h]
+    if not s then s = int(h); text[h] = s end
+    fields[2 * i - 1] = user; fields[2 * i] = s
   end
   redis.call('HSET', KEYS[2], unpack(fields))
   redis.call('HSET', KEYS[1], 'remaining', int(remaining))
