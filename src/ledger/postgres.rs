@@ -52,30 +52,56 @@ impl PgLedger {
     }
 }
 
+/// Inserts `orders` in one statement whatever their number: each column travels as one array
+/// and `UNNEST` turns the arrays back into rows. One SQL text means one prepared statement per
+/// connection; a `VALUES` list of the batch's size was a new statement (parsed and planned by
+/// PostgreSQL, formatted and cached by sqlx) for almost every batch of a storm.
 pub(super) async fn insert_orders(
     conn: &mut PgConnection,
     orders: &[&Order],
 ) -> anyhow::Result<u64> {
-    let mut inserted = 0;
-    for chunk in orders.chunks(ROWS_PER_INSERT) {
-        let mut qb = QueryBuilder::<Postgres>::new(
-            "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) ",
-        );
-        qb.push_values(chunk, |mut b, o| {
-            b.push_bind(&o.order_id)
-                .push_bind(&o.campaign_id)
-                .push_bind(o.seq() as i64)
-                .push_bind(&o.user_id)
-                .push_bind(o.qty as i64)
-                .push_bind(rows::codes_json(&o.codes))
-                .push_bind(o.state.as_str())
-                .push_bind(micros(o.created_at))
-                .push_bind(o.pay_by.map(micros));
-        });
-        qb.push(" ON CONFLICT (order_id) DO NOTHING");
-        inserted += qb.build().execute(&mut *conn).await?.rows_affected();
+    if orders.is_empty() {
+        return Ok(0);
     }
-    Ok(inserted)
+    let n = orders.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut campaigns = Vec::with_capacity(n);
+    let mut seqs = Vec::with_capacity(n);
+    let mut users = Vec::with_capacity(n);
+    let mut qtys = Vec::with_capacity(n);
+    let mut codes = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    let mut created = Vec::with_capacity(n);
+    let mut pay_by = Vec::with_capacity(n);
+    for o in orders {
+        ids.push(o.order_id.as_str());
+        campaigns.push(o.campaign_id.as_str());
+        seqs.push(o.seq() as i64);
+        users.push(o.user_id.as_str());
+        qtys.push(o.qty as i64);
+        codes.push(rows::codes_json(&o.codes));
+        states.push(o.state.as_str());
+        created.push(micros(o.created_at));
+        pay_by.push(o.pay_by.map(micros));
+    }
+    let done = sqlx::query(
+        "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[], \
+                              $6::text[], $7::text[], $8::int8[], $9::int8[]) \
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&campaigns)
+    .bind(&seqs)
+    .bind(&users)
+    .bind(&qtys)
+    .bind(&codes)
+    .bind(&states)
+    .bind(&created)
+    .bind(&pay_by)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 async fn insert_idem(conn: &mut PgConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
