@@ -208,11 +208,7 @@ pub fn stream_entry(data: &[u8]) {
         };
         fields.insert(text(name), value);
     }
-    let entry = Entry {
-        campaign_id: text(campaign),
-        stream_id: "1-0".into(),
-        fields,
-    };
+    let entry = Entry::new(text(campaign), "1-0".into(), fields);
     serde_json::from_str::<serde_json::Value>(&entry.payload()).expect("payload is JSON");
     let _ = entry.write();
     assert!(entry.orders_carried() >= 1);
@@ -240,13 +236,14 @@ pub fn stream_entry(data: &[u8]) {
     if let Some(pay_by) = order.pay_by {
         again.push(("pay_by", pay_by.timestamp_micros().to_string()));
     }
-    let rewritten = Entry {
-        fields: again
+    let rewritten = Entry::new(
+        entry.campaign_id.clone(),
+        entry.stream_id.clone(),
+        again
             .into_iter()
             .map(|(k, v)| (k.to_owned(), redis::Value::BulkString(v.into_bytes())))
             .collect(),
-        ..entry
-    };
+    );
     assert_eq!(rewritten.order().ok(), Some(order), "stream round trip");
 }
 

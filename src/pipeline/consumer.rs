@@ -195,11 +195,7 @@ impl Consumer {
     async fn gather(&mut self, id: &str, room: usize, own: bool) -> redis::RedisResult<Vec<Entry>> {
         let stream = Keys::new(id).orders();
         let mut out = Vec::new();
-        let wrap = |s: StreamId| Entry {
-            campaign_id: id.to_owned(),
-            stream_id: s.id,
-            fields: s.map,
-        };
+        let wrap = |s: StreamId| Entry::new(id.to_owned(), s.id, s.map);
         if room > 0 {
             let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
                 .arg("GROUP")
@@ -233,11 +229,16 @@ impl Consumer {
             read: entries.len(),
             ..Step::default()
         };
-        let mut good: Vec<(Entry, PipelineWrite)> = Vec::with_capacity(entries.len());
+        // The entries that parsed, and beside them (same index) what each asks of the ledger.
+        let mut good: Vec<Entry> = Vec::with_capacity(entries.len());
+        let mut writes: Vec<PipelineWrite> = Vec::with_capacity(entries.len());
         let mut poisoned = Vec::new();
         for e in entries {
             match e.write() {
-                Ok(w) => good.push((e, w)),
+                Ok(w) => {
+                    good.push(e);
+                    writes.push(w);
+                }
                 Err(why) => {
                     self.poison(&e, None, &format!("{why:#}")).await?;
                     step.poisoned += 1;
@@ -248,7 +249,7 @@ impl Consumer {
         // A stream entry is acknowledged once every order it carries is handled: a poisoned
         // one alone now, one with orders still to write together with them.
         let pending: std::collections::HashSet<(&str, &str)> =
-            good.iter().map(|(e, _)| e.key()).collect();
+            good.iter().map(Entry::key).collect();
         let (poisoned, alone): (Vec<Entry>, Vec<Entry>) = poisoned
             .into_iter()
             .partition(|e| pending.contains(&e.key()));
@@ -256,7 +257,6 @@ impl Consumer {
         if good.is_empty() {
             return Ok(step);
         }
-        let writes: Vec<PipelineWrite> = good.iter().map(|(_, w)| w.clone()).collect();
         if let Some(w) = self.opts.replicas {
             // A demoted primary's orders never reach a replica, so never the ledger either.
             w.confirm(&self.conn, self.read_on).await.map_err(|e| {
@@ -275,7 +275,7 @@ impl Consumer {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")
             }
             Ok(out) => {
-                let refused = self.refused(&good, &out).await?;
+                let refused = self.refused(&good, &writes, &out).await?;
                 step.persisted += good.len() - refused;
                 step.poisoned += refused;
             }
@@ -286,11 +286,11 @@ impl Consumer {
                 // Acknowledged below, all together (the orders of one batch entry are
                 // acknowledged as one): cut short, the pass is redone, and what it wrote is a
                 // harmless replay.
-                for (i, (entry, write)) in good.iter().enumerate() {
+                for (i, (entry, write)) in good.iter().zip(&writes).enumerate() {
                     let one = std::slice::from_ref(write);
                     match self.ledger.apply_pipeline(one, fence).await {
                         Ok(out) => {
-                            let refused = self.refused(&good[i..=i], &out).await?;
+                            let refused = self.refused(&good[i..=i], &writes[i..=i], &out).await?;
                             step.persisted += 1 - refused;
                             step.poisoned += refused;
                         }
@@ -307,8 +307,7 @@ impl Consumer {
             }
         }
         // Every order of these entries is in the ledger or recorded as poison.
-        self.ack(good.iter().map(|(e, _)| e).chain(&poisoned))
-            .await?;
+        self.ack(good.iter().chain(&poisoned)).await?;
         Ok(step)
     }
 
@@ -316,11 +315,13 @@ impl Consumer {
     /// returns how many entries that was.
     async fn refused(
         &mut self,
-        good: &[(Entry, PipelineWrite)],
+        good: &[Entry],
+        writes: &[PipelineWrite],
         out: &PipelineOutcome,
     ) -> anyhow::Result<usize> {
-        self.collisions(good, &out.collisions).await?;
-        self.contradictions(good, &out.contradictions).await?;
+        self.collisions(good, writes, &out.collisions).await?;
+        self.contradictions(good, writes, &out.contradictions)
+            .await?;
         Ok(out.collisions.len() + out.contradictions.len())
     }
 

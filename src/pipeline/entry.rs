@@ -27,12 +27,26 @@ use crate::ledger::{PipelineWrite, Transition};
 /// The field of a batch entry that holds its orders.
 const ORDERS: &str = "orders";
 
-/// One entry read from a campaign's order stream.
+/// One entry read from a campaign's order stream, or one order of a batch entry.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub campaign_id: String,
     pub stream_id: String,
+    /// The stream entry's fields (none for an order expanded from a batch entry).
     pub fields: HashMap<String, Value>,
+    /// An order expanded from a batch entry: its line and the batch's shared fields. Kept as
+    /// the line, not as a map of fields per order: building and reading those maps was the
+    /// largest cost of moving a won order into the ledger.
+    line: Option<Line>,
+}
+
+/// One order line of a batch entry (order_id, user, qty, codes; tab-separated) and the times
+/// the batch's orders share.
+#[derive(Debug, Clone)]
+struct Line {
+    text: String,
+    at: DateTime<Utc>,
+    pay_by: Option<DateTime<Utc>>,
 }
 
 fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
@@ -43,6 +57,16 @@ fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
 }
 
 impl Entry {
+    /// The entry of stream id `stream_id` in campaign `campaign_id`'s stream.
+    pub fn new(campaign_id: String, stream_id: String, fields: HashMap<String, Value>) -> Self {
+        Self {
+            campaign_id,
+            stream_id,
+            fields,
+            line: None,
+        }
+    }
+
     /// The entries this stream entry stands for: one per order of a batch entry, each with the
     /// batch's stream id (acknowledged once all of them are in the ledger); any other entry is
     /// itself. A batch entry that does not unpack is returned whole, and [`Entry::write`] says
@@ -73,36 +97,40 @@ impl Entry {
         (&self.campaign_id, &self.stream_id)
     }
 
+    /// The orders of a batch entry, one entry each. The batch is poison as a whole when its
+    /// shared fields are not `at` and an optional `pay_by`, both times, or when a line lacks
+    /// its order id, user or qty; a line whose values are bad is poison alone ([`Entry::order`]).
     fn unpack(&self) -> anyhow::Result<Vec<Entry>> {
         let lines = self.text(ORDERS)?;
-        let mut shared = self.fields.clone();
-        shared.remove(ORDERS);
-        for name in shared.keys() {
+        for name in self.fields.keys() {
             anyhow::ensure!(
-                name == "at" || name == "pay_by",
+                name == ORDERS || name == "at" || name == "pay_by",
                 "a batch entry carries field {name:?}"
             );
         }
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let at = self.time("at")?;
+        let pay_by = match self.fields.contains_key("pay_by") {
+            false => None,
+            true => Some(self.time("pay_by")?),
+        };
         let mut out = Vec::new();
         for line in lines.split('\n') {
             let mut parts = line.split('\t');
-            let mut fields = shared.clone();
             for name in ["order_id", "user", "qty"] {
-                let part = parts
+                parts
                     .next()
                     .filter(|p| !p.is_empty())
                     .ok_or_else(|| anyhow!("an order line lacks its {name}: {line:?}"))?;
-                fields.insert(name.to_owned(), bulk(part));
-            }
-            let codes: Vec<&str> = parts.collect();
-            if !codes.is_empty() {
-                fields.insert("codes".to_owned(), bulk(&codes.join("\n")));
             }
             out.push(Entry {
                 campaign_id: self.campaign_id.clone(),
                 stream_id: self.stream_id.clone(),
-                fields,
+                fields: HashMap::new(),
+                line: Some(Line {
+                    text: line.to_owned(),
+                    at,
+                    pay_by,
+                }),
             });
         }
         Ok(out)
@@ -123,16 +151,25 @@ impl Entry {
     /// The order this entry carries, as it was won: `pending` with its `pay_by` in a campaign
     /// with holds, `active` otherwise. An entry that does not parse is poison.
     pub fn order(&self) -> anyhow::Result<Order> {
-        let order_id = self.text("order_id")?;
-        let (campaign, _) = crate::domain::parse_order_id(&order_id)
-            .map_err(|_| anyhow!("order id {order_id:?} is malformed"))?;
-        anyhow::ensure!(
-            campaign == self.campaign_id,
-            "order {order_id} is in the stream of campaign {}",
-            self.campaign_id
-        );
-        let qty: u64 = self.text("qty")?.parse().context("qty is not a number")?;
-        anyhow::ensure!(qty >= 1, "qty is 0");
+        if let Some(line) = &self.line {
+            let mut parts = line.text.split('\t');
+            let mut next = |name| {
+                parts
+                    .next()
+                    .ok_or_else(|| anyhow!("an order line lacks its {name}"))
+            };
+            let (order_id, user, qty) = (next("order_id")?, next("user")?, next("qty")?);
+            let codes: Vec<String> = parts.map(str::to_owned).collect();
+            let codes = (!codes.is_empty()).then_some(codes);
+            return self.build(
+                order_id.to_owned(),
+                user.to_owned(),
+                qty,
+                codes,
+                line.at,
+                line.pay_by,
+            );
+        }
         let codes = match self.fields.contains_key("codes") {
             false => None,
             true => Some(self.text("codes")?.split('\n').map(str::to_owned).collect()),
@@ -141,17 +178,47 @@ impl Entry {
             false => None,
             true => Some(self.time("pay_by")?),
         };
+        let qty = self.text("qty")?;
+        self.build(
+            self.text("order_id")?,
+            self.text("user")?,
+            &qty,
+            codes,
+            self.time("at")?,
+            pay_by,
+        )
+    }
+
+    /// An order of this entry's campaign from its parts, checked.
+    fn build(
+        &self,
+        order_id: String,
+        user_id: String,
+        qty: &str,
+        codes: Option<Vec<String>>,
+        created_at: DateTime<Utc>,
+        pay_by: Option<DateTime<Utc>>,
+    ) -> anyhow::Result<Order> {
+        let (campaign, _) = crate::domain::parse_order_id(&order_id)
+            .map_err(|_| anyhow!("order id {order_id:?} is malformed"))?;
+        anyhow::ensure!(
+            campaign == self.campaign_id,
+            "order {order_id} is in the stream of campaign {}",
+            self.campaign_id
+        );
+        let qty: u64 = qty.parse().context("qty is not a number")?;
+        anyhow::ensure!(qty >= 1, "qty is 0");
         Ok(Order {
             order_id,
             campaign_id: self.campaign_id.clone(),
-            user_id: self.text("user")?,
+            user_id,
             qty,
             codes,
             state: match pay_by {
                 Some(_) => OrderState::Pending,
                 None => OrderState::Active,
             },
-            created_at: self.time("at")?,
+            created_at,
             cancelled_at: None,
             pay_by,
             resolved_at: None,
@@ -160,6 +227,9 @@ impl Entry {
 
     /// What this entry asks of the ledger: a new order, or a transition of a pending one.
     pub fn write(&self) -> anyhow::Result<PipelineWrite> {
+        if self.line.is_some() {
+            return Ok(PipelineWrite::Order(self.order()?));
+        }
         if self.fields.contains_key(ORDERS) {
             let why = self.unpack().err();
             return Err(why.unwrap_or_else(|| anyhow!("a batch entry not expanded")))
@@ -187,17 +257,33 @@ impl Entry {
         }))
     }
 
-    /// The fields as JSON, for the record of a poison entry.
+    /// The fields as JSON, for the record of a poison entry (an expanded order: the fields its
+    /// own entry would have).
     pub fn payload(&self) -> String {
-        let map: serde_json::Map<String, serde_json::Value> = self
-            .fields
-            .iter()
-            .map(|(k, v)| {
-                let text =
-                    redis::from_redis_value::<String>(v).unwrap_or_else(|_| format!("{v:?}"));
-                (k.clone(), serde_json::Value::String(text))
-            })
-            .collect();
+        let mut map = serde_json::Map::new();
+        let mut put = |k: &str, v: String| {
+            map.insert(k.to_owned(), serde_json::Value::String(v));
+        };
+        if let Some(line) = &self.line {
+            let mut parts = line.text.split('\t');
+            for name in ["order_id", "user", "qty"] {
+                put(name, parts.next().unwrap_or_default().to_owned());
+            }
+            let codes: Vec<&str> = parts.collect();
+            if !codes.is_empty() {
+                put("codes", codes.join("\n"));
+            }
+            put("at", line.at.timestamp_micros().to_string());
+            if let Some(p) = line.pay_by {
+                put("pay_by", p.timestamp_micros().to_string());
+            }
+        }
+        for (k, v) in &self.fields {
+            put(
+                k,
+                redis::from_redis_value::<String>(v).unwrap_or_else(|_| format!("{v:?}")),
+            );
+        }
         serde_json::Value::Object(map).to_string()
     }
 }
@@ -207,14 +293,14 @@ mod tests {
     use super::*;
 
     fn entry(fields: &[(&str, &str)]) -> Entry {
-        Entry {
-            campaign_id: "c".into(),
-            stream_id: "1-0".into(),
-            fields: fields
+        Entry::new(
+            "c".into(),
+            "1-0".into(),
+            fields
                 .iter()
                 .map(|(k, v)| (k.to_string(), Value::BulkString(v.as_bytes().to_vec())))
                 .collect(),
-        }
+        )
     }
 
     const ORDER: [(&str, &str); 4] = [

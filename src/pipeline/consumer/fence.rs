@@ -56,7 +56,8 @@ impl Consumer {
     /// the rebuild counts only the ledger's orders.
     pub(super) async fn collisions(
         &mut self,
-        good: &[(Entry, PipelineWrite)],
+        good: &[Entry],
+        writes: &[PipelineWrite],
         collided: &[Order],
     ) -> anyhow::Result<()> {
         let mut by_campaign: std::collections::BTreeMap<&str, Vec<&Order>> = Default::default();
@@ -68,7 +69,7 @@ impl Consumer {
             self.fenced.insert(campaign.to_owned());
             for o in &orders {
                 let new_order = |w: &PipelineWrite| matches!(w, PipelineWrite::Order(g) if g.order_id == o.order_id);
-                let Some((entry, _)) = good.iter().find(|(_, w)| new_order(w)) else {
+                let Some(entry) = writes.iter().position(new_order).map(|i| &good[i]) else {
                     continue;
                 };
                 self.ledger

@@ -16,11 +16,12 @@ impl Consumer {
     /// Records the contradicting transitions of a committed batch (`(index in good, reason)`).
     pub(super) async fn contradictions(
         &mut self,
-        good: &[(Entry, PipelineWrite)],
+        good: &[Entry],
+        writes: &[PipelineWrite],
         contradictions: &[(usize, String)],
     ) -> anyhow::Result<()> {
         for (i, reason) in contradictions {
-            let (entry, write) = &good[*i];
+            let (entry, write) = (&good[*i], &writes[*i]);
             let order = write.order();
             tracing::error!(
                 campaign = %entry.campaign_id,

@@ -158,11 +158,7 @@ impl Consumer {
     async fn gather_reclaim(&mut self, id: &str, room: usize) -> redis::RedisResult<Vec<Entry>> {
         let stream = Keys::new(id).orders();
         let me = self.reclaimer();
-        let wrap = |s: StreamId| Entry {
-            campaign_id: id.to_owned(),
-            stream_id: s.id,
-            fields: s.map,
-        };
+        let wrap = |s: StreamId| Entry::new(id.to_owned(), s.id, s.map);
         // Reclaimed before and not written yet (the ledger failed, or this pass was cut).
         let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
             .arg("GROUP")

@@ -194,14 +194,7 @@ async fn decide_alike(hold: Option<u32>) {
     let orders = |s: redis::streams::StreamRangeReply, id: &str| -> Vec<Vec<String>> {
         s.ids
             .into_iter()
-            .flat_map(|e| {
-                let entry = Entry {
-                    campaign_id: id.to_owned(),
-                    stream_id: e.id,
-                    fields: e.map,
-                };
-                entry.expand()
-            })
+            .flat_map(|e| Entry::new(id.to_owned(), e.id, e.map).expand())
             .map(|e| {
                 let o = e.order().unwrap();
                 let pending = o.pay_by.is_some().to_string();
