@@ -11,6 +11,8 @@
 #   ceiling  `seckill baseline` (parses the same body, one atomic increment)
 #   soldout  embedded, a sold-out campaign: every claim refused by the stock board
 #   hot      embedded, `--sync full`: every claim won, answered after its group commit
+#   redis    scale-out (a throwaway redis-server and PostgreSQL database): every claim won; the
+#            seckill process only (redis-server's share: scripts/bench-claims-lua.sh)
 #
 # Usage: scripts/bench-callgrind.sh [BIN]     (default target/release/seckill)
 #        BENCH_CG_DURATION=10s BENCH_CG_ROWS="ceiling soldout" scripts/bench-callgrind.sh
@@ -101,6 +103,20 @@ for row in $ROWS; do
             start hot serve --listen 127.0.0.1:0 --data "$WORK/data-hot" --admin-token "$TOKEN" --sync full
             campaign hot 1000000000
             measure hot hot ;;
+        redis)
+            PG=${BENCH_POSTGRES_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}
+            RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+            redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+            REDIS=$!
+            until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.05; done
+            DB=seckill_cg_$RANDOM$RANDOM
+            psql "$PG" -qc "CREATE DATABASE $DB" >/dev/null
+            start redis serve --listen 127.0.0.1:0 --admin-token "$TOKEN" \
+                --redis "redis://127.0.0.1:$RPORT" --postgres "${PG%/*}/$DB"
+            campaign hot 1000000000
+            measure redis hot
+            kill "$REDIS"; wait "$REDIS" 2>/dev/null || true
+            psql "$PG" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null ;;
         *) echo "unknown row $row"; exit 2 ;;
     esac
 done
