@@ -15,13 +15,8 @@ CREATE TABLE orders_v6 (
     user_id      TEXT NOT NULL,
     qty          INTEGER NOT NULL CHECK (qty >= 1),
     codes        TEXT,            -- JSON array, code campaigns only
-    -- An OR chain, not `state IN (…)`: SQLite evaluates a CHECK with an IN list of more than
-    -- two values by building a temporary b-tree of the list in every INSERT and UPDATE
-    -- statement (OpenEphemeral: a b-tree opened and a page zeroed, several thousand
-    -- instructions per statement on the claim's commit path).
     state        TEXT NOT NULL
-                 CHECK (state = 'active' OR state = 'pending' OR state = 'confirmed'
-                        OR state = 'expired' OR state = 'cancelled'),
+                 CHECK (state IN ('active', 'pending', 'confirmed', 'expired', 'cancelled')),
     created_at   INTEGER NOT NULL,
     cancelled_at INTEGER,
     pay_by       INTEGER,         -- campaigns with holds: the confirm's deadline

@@ -8,6 +8,7 @@
 pub mod admin_keys;
 mod dir_lock;
 mod group_commit;
+mod migrations;
 mod postgres;
 mod postgres_holds;
 mod postgres_ops;

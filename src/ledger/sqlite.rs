@@ -68,10 +68,7 @@ impl SqliteLedger {
         let mut writer = SqliteConnection::connect_with(&opts)
             .await
             .with_context(|| format!("cannot open ledger {}", path.display()))?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&mut writer)
-            .await
-            .context("ledger migration failed")?;
+        super::migrations::run_sqlite(&mut writer).await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts.clone().read_only(true))

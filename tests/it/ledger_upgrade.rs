@@ -42,7 +42,7 @@ ALTER TABLE orders_v5 RENAME TO orders;
 CREATE UNIQUE INDEX orders_by_campaign ON orders (campaign_id, seq);
 CREATE INDEX orders_by_user ON orders (campaign_id, user_id, seq);
 CREATE INDEX orders_pending ON orders (campaign_id, seq) WHERE state = 'pending';
-DELETE FROM _sqlx_migrations WHERE version = 6;
+DELETE FROM _sqlx_migrations WHERE version >= 6;
 ";
 
 async fn claim(c: &Client, campaign: &str, user: &str) -> seckill::domain::ClaimAnswer {
@@ -153,7 +153,56 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
     let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.contains(&"orders_pending"), "{names:?}");
-    assert!(shapes
-        .iter()
-        .any(|(n, sql)| n == "orders" && sql.contains("WITHOUT ROWID")));
+    assert!(shapes.iter().any(|(n, sql)| n == "orders"
+        && sql.contains("WITHOUT ROWID")
+        && sql.contains("state = 'active' OR state = 'pending'")));
+}
+
+/// SHA-384 of migration 0006 as first committed (f23cc9e) and as edited later (93a2cd4).
+const FIRST_0006: &str = "5d7e28c6a1fa9e5aec3e43952cda98e537f44a7fc4f640e93bdf6e0eadf851005f82bf9762f16e4d1147d0e4a8538173";
+const EDITED_0006: &str = "72aef6742d1f8e137425a90cbe7a3c7db637e81b2777ce80927485e45e2deaad73689a8fc2b0ba67bcfd8c13e42a1189";
+
+/// Migration 0006 was edited after it was committed, so ledgers in the field recorded one of
+/// two checksums for it. Each must start, with its orders, and end in the same schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_that_ran_either_bytes_of_migration_0006_starts() {
+    for recorded in [FIRST_0006, EDITED_0006] {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Proc::start(dir.path());
+        let c = first.client();
+        c.create_campaign(&json!({"id": "s", "stock": 3}))
+            .await
+            .unwrap();
+        assert_eq!(claim(&c, "s", "u1").await.outcome, Outcome::Won);
+        first.signal(libc::SIGKILL);
+        drop(first);
+
+        let db = dir.path().join("seckill.db");
+        let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", db.display()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        // As the build that ran 0006 left the ledger: 0006 recorded with its checksum of
+        // then, nothing after it.
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = ?1 WHERE version = 6")
+            .bind(hex::decode(recorded).unwrap())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM _sqlx_migrations WHERE version > 6")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+
+        let second = Proc::start(dir.path());
+        let c = second.client();
+        assert_eq!(
+            c.order("s-1").await.unwrap().map(|o| o.user_id),
+            Some("u1".to_owned()),
+            "recorded {recorded}"
+        );
+        assert_eq!(claim(&c, "s", "u2").await.order_id.as_deref(), Some("s-2"));
+    }
 }
