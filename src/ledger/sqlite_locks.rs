@@ -2,8 +2,14 @@
 //! connection (so SQLite still never sees two writers). Each operation is one statement, so it
 //! is atomic and, with `synchronous=FULL`, durable before the caller answers: a fence handed
 //! out is never handed out again, even after a crash.
+//!
+//! The statements that return the fence are read to their end (`fetch_all`), never with
+//! `fetch_optional`: an autocommit statement commits when it is stepped past its last row, and
+//! sqlx resets a statement after the one row `fetch_optional` wants, which drops the commit's
+//! error. A full disk or an fsync error then answered "granted" for a fence that was never
+//! written, and the next acquire was granted the same fence.
 
-use sqlx::{Row, SqliteConnection};
+use sqlx::SqliteConnection;
 
 /// Grants `name` to `token` until `now_ms + ttl_ms` if its lease ended; `Ok(fence)` or
 /// `Err(expires_ms)` of the current holder.
@@ -16,7 +22,7 @@ pub(super) async fn acquire(
     now_ms: u64,
 ) -> anyhow::Result<Result<u64, u64>> {
     let expires = (now_ms + ttl_ms) as i64;
-    let granted = sqlx::query(
+    let granted: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO lock_fences (name, fence, token, owner, expires_ms) VALUES (?1, 1, ?2, ?3, ?4) \
          ON CONFLICT(name) DO UPDATE SET fence = fence + 1, token = excluded.token, \
          owner = excluded.owner, expires_ms = excluded.expires_ms \
@@ -27,10 +33,10 @@ pub(super) async fn acquire(
     .bind(owner)
     .bind(expires)
     .bind(now_ms as i64)
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    if let Some(row) = granted {
-        return Ok(Ok(row.try_get::<i64, _>(0)? as u64));
+    if let Some(fence) = granted.first() {
+        return Ok(Ok(*fence as u64));
     }
     let held: i64 = sqlx::query_scalar("SELECT expires_ms FROM lock_fences WHERE name = ?1")
         .bind(name)
@@ -48,7 +54,7 @@ pub(super) async fn extend(
     ttl_ms: u64,
     now_ms: u64,
 ) -> anyhow::Result<Option<u64>> {
-    let fence: Option<i64> = sqlx::query_scalar(
+    let fence: Vec<i64> = sqlx::query_scalar(
         "UPDATE lock_fences SET expires_ms = ?3 \
          WHERE name = ?1 AND token = ?2 AND expires_ms > ?4 RETURNING fence",
     )
@@ -56,9 +62,9 @@ pub(super) async fn extend(
     .bind(token)
     .bind((now_ms + ttl_ms) as i64)
     .bind(now_ms as i64)
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(fence.map(|f| f as u64))
+    Ok(fence.first().map(|f| *f as u64))
 }
 
 /// Ends `token`'s live lease on `name` (the fence stays); false when `token` does not hold it.

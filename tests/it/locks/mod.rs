@@ -3,6 +3,7 @@
 //! PostgreSQL as the fenced resource.
 
 mod bad_input;
+mod disk_full;
 mod exclusion;
 mod kill9;
 mod paused;

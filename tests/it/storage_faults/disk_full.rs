@@ -15,12 +15,12 @@ use super::{refused_503, verify, won, Load};
 use crate::process::Proc;
 
 /// A size-limited tmpfs, unmounted on drop; `None` where mounting is not allowed.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(size: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -30,7 +30,7 @@ impl Tmpfs {
         ok.then_some(Tmpfs { dir })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 }
@@ -45,14 +45,14 @@ impl Drop for Tmpfs {
 }
 
 /// How the disk is made full: really, or by the writer's fault hook.
-enum Filler {
+pub(crate) enum Filler {
     Real(PathBuf),
     Injected(PathBuf),
 }
 
 impl Filler {
     /// Fills the filesystem to the last byte.
-    fn fill(&self) {
+    pub(crate) fn fill(&self) {
         match self {
             Filler::Real(file) => {
                 let mut f = std::fs::File::create(file).unwrap();
@@ -64,7 +64,7 @@ impl Filler {
         }
     }
 
-    fn free(&self) {
+    pub(crate) fn free(&self) {
         match self {
             Filler::Real(file) | Filler::Injected(file) => std::fs::remove_file(file).unwrap(),
         }

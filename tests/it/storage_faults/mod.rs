@@ -6,7 +6,7 @@
 
 mod ambiguous;
 mod data_dir;
-mod disk_full;
+pub(crate) mod disk_full;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
