@@ -324,7 +324,8 @@ impl PgLedger {
         )
     }
 
-    /// Records a poison entry (idempotent on the stream id).
+    /// Records a refused order, or an entry refused as a whole (idempotent on the stream id
+    /// and the order id: the orders of one batch entry share its stream id).
     pub async fn record_failed(&self, f: &FailedOrder) -> anyhow::Result<()> {
         sqlx::query(
             "INSERT INTO failed_orders (stream_id, campaign_id, order_id, payload, reason, at) \

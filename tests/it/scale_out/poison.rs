@@ -150,3 +150,65 @@ async fn reissued_order_id_is_told_apart_from_a_redelivery() {
         .unwrap();
     assert_eq!(stored.unwrap().user_id, "alice", "the first order stays");
 }
+
+/// Many refused orders in the same `claims.lua` calls: the orders of one call share one stream
+/// entry, and each refused one is recorded, given back and answered 409 on cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_refused_order_of_a_batch_entry_is_recorded() {
+    let app = App::spawn(Deploy::ScaleOut).await;
+    let db = app.postgres.clone().unwrap();
+    app.create(json!({"id": "many", "stock": 1000})).await;
+    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
+    sqlx::query("ALTER TABLE orders ADD CONSTRAINT no_m CHECK (user_id NOT LIKE 'm-%') NOT VALID")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let claims = (0..600).map(|i| {
+        let user = if i % 3 == 0 {
+            format!("m-{i}")
+        } else {
+            format!("u-{i}")
+        };
+        let client = app.client.clone();
+        async move {
+            let reply = client.claim("many", &user, 1, None).await.unwrap();
+            (user, reply)
+        }
+    });
+    let replies = futures::future::join_all(claims).await;
+    let mut refused = Vec::new();
+    let mut good = 0u64;
+    for (user, reply) in replies {
+        let seckill::bench::client::ClaimReply::Processed(a) = reply else {
+            panic!("{user}: {reply:?}");
+        };
+        assert_eq!(a.outcome, Outcome::Won, "{user}");
+        if user.starts_with("m-") {
+            refused.push(a.order_id.unwrap());
+        } else {
+            good += 1;
+        }
+    }
+    app.settle().await;
+    let ledger = PgLedger::open(&db, 1).await.unwrap();
+    let failed = ledger.failed_orders("many").await.unwrap();
+    let mut recorded: Vec<String> = failed.into_iter().filter_map(|(id, _)| id).collect();
+    recorded.sort();
+    refused.sort();
+    assert_eq!(recorded, refused, "one row per refused order");
+    let view = app.client.campaign("many").await.unwrap();
+    assert_eq!(view.remaining, 1000 - good, "every refused unit went back");
+    for id in refused.iter().take(20) {
+        let (s, body) = app
+            .client
+            .admin(
+                reqwest::Method::POST,
+                &format!("/v1/orders/{id}/cancel"),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(s.as_u16(), 409, "{id}: {body}");
+    }
+    app.stop().await;
+}
