@@ -116,8 +116,19 @@ async fn insert_idem(conn: &mut PgConnection, recs: &[&IdemRecord]) -> anyhow::R
                 .push_bind(rows::answer_json(&r.answer))
                 .push_bind(micros(r.created_at));
         });
-        qb.push(" ON CONFLICT DO NOTHING");
-        qb.build().execute(&mut *conn).await?;
+        // As in the SQLite ledger: an answer replaces a kept rejection, never a `won`.
+        qb.push(
+            " ON CONFLICT (campaign_id, user_id, key) DO UPDATE \
+             SET answer = EXCLUDED.answer, created_at = EXCLUDED.created_at \
+             WHERE idempotency.answer::jsonb->>'outcome' <> 'won'",
+        );
+        let written = qb.build().execute(&mut *conn).await?.rows_affected();
+        anyhow::ensure!(
+            written == chunk.len() as u64,
+            "{} of {} idempotency answers would shadow a won answer the ledger keeps",
+            chunk.len() as u64 - written,
+            chunk.len()
+        );
     }
     Ok(())
 }

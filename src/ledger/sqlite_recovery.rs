@@ -108,6 +108,16 @@ pub(super) async fn recover(
             into.pending(campaign, row)?;
         }
     }
+    // The engine forgets answers older than `idem_since`; their rows go first (best effort: a
+    // ledger that cannot write still starts), so a key claimed afresh never meets a `won` row
+    // the engine does not know of, which the ledger would refuse as a contradiction.
+    if let Err(e) = sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
+        .bind(micros(idem_since))
+        .execute(&mut *conn)
+        .await
+    {
+        tracing::warn!(error = %e, "pruning idempotency answers past their retention failed");
+    }
     let mut idem = sqlx::query(
         "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency WHERE created_at >= ?",
     )

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use super::rows::{self, micros};
-use super::{IdemRecord, LedgerWrite};
+use super::{IdemRecord, LedgerWrite, WriteFault};
 use crate::domain::Order;
 
 /// Rows per multi-row INSERT of codes: 3 columns × 2000 stays below SQLite's 32,766 bound
@@ -77,11 +77,20 @@ static INSERT_ORDERS: ShapedSql = ShapedSql::new(
     "",
 );
 
+/// A key's answer replaces a kept rejection (the engine writes an answer only for a key it does
+/// not remember, and it forgets a rejection after its short retention while the row may wait
+/// for the next prune), never a `won`: a `won` row the engine did not know is a contradiction
+/// (see [`insert_idem`]). A `won` written against the aged rejection with `DO NOTHING` was
+/// lost at the next prune, and after a restart the same key claimed again.
 static INSERT_IDEM: ShapedSql = ShapedSql::new(
     "INSERT INTO idempotency (campaign_id, user_id, key, answer, created_at)",
     5,
-    " ON CONFLICT DO NOTHING",
+    IDEM_UPSERT,
 );
+
+const IDEM_UPSERT: &str = " ON CONFLICT (campaign_id, user_id, key) DO UPDATE \
+     SET answer = excluded.answer, created_at = excluded.created_at \
+     WHERE json_extract(idempotency.answer, '$.outcome') <> 'won'";
 
 async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
     for chunk in shaped(orders) {
@@ -114,7 +123,17 @@ async fn insert_idem(conn: &mut SqliteConnection, recs: &[&IdemRecord]) -> anyho
                 .bind(rows::answer_json(&r.answer))
                 .bind(micros(r.created_at));
         }
-        q.execute(&mut *conn).await?;
+        let written = q.execute(&mut *conn).await?.rows_affected();
+        if written != chunk.len() as u64 {
+            // Some key already has a `won` answer the engine did not remember: its memory
+            // contradicts the ledger, so nothing of the batch is written and it is re-read.
+            return Err(WriteFault::Diverged(format!(
+                "{} of {} idempotency answers would shadow a won answer the ledger keeps",
+                chunk.len() as u64 - written,
+                chunk.len()
+            ))
+            .into());
+        }
     }
     Ok(())
 }
@@ -301,7 +320,7 @@ mod tests {
             let sql = INSERT_IDEM.get(n);
             assert_eq!(sql.matches('?').count(), 5 * n, "{sql}");
             assert_eq!(sql.matches("), (").count(), n - 1, "{sql}");
-            assert!(sql.ends_with(") ON CONFLICT DO NOTHING"), "{sql}");
+            assert!(sql.ends_with(IDEM_UPSERT), "{sql}");
             assert_eq!(INSERT_ORDERS.get(n).matches('?').count(), 9 * n);
         }
         assert_eq!(

@@ -165,16 +165,16 @@ impl Embedded {
             .ok_or_else(|| Error::campaign_not_found(id))
     }
 
-    /// Drops idempotency answers past their retention, in memory and in the ledger.
+    /// Drops idempotency answers past their retention, in the ledger and then in memory.
+    ///
+    /// The ledger goes first, and memory only once the ledger's rows are gone: a key the
+    /// engine has forgotten is claimed afresh, and its new answer must not meet an old row
+    /// (a rejection it replaces, a `won` the ledger refuses to shadow, see `sqlite_writes`).
+    /// Memory pruned first left a window in which a new `won` met the old row and was lost.
     async fn prune(&self) {
         let now = Utc::now();
         let cutoff = now - self.idempotency_ttl;
         let rejected_cutoff = now - self.idem_limits.rejected_ttl;
-        let cells: Vec<_> = self.campaigns.read().values().cloned().collect();
-        let dropped: usize = cells
-            .iter()
-            .map(|c| c.inner.lock().idem.prune(cutoff, now))
-            .sum();
         let rows = match self.ledger.prune_idempotency(cutoff).await {
             Ok(rows) => self
                 .ledger
@@ -184,8 +184,17 @@ impl Embedded {
             Err(e) => Err(e),
         };
         match rows {
-            Ok(rows) => tracing::debug!(dropped, rows, "idempotency answers pruned"),
-            Err(e) => tracing::warn!(error = %e, "pruning idempotency answers failed"),
+            Ok(rows) => {
+                let cells: Vec<_> = self.campaigns.read().values().cloned().collect();
+                let dropped: usize = cells
+                    .iter()
+                    .map(|c| c.inner.lock().idem.prune(cutoff, now))
+                    .sum();
+                tracing::debug!(dropped, rows, "idempotency answers pruned");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pruning idempotency answers failed; memory keeps them too")
+            }
         }
         match self.ledger.prune_admin_keys(cutoff).await {
             Ok(rows) => tracing::debug!(rows, "admin idempotency keys pruned"),

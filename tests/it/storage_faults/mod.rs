@@ -7,6 +7,7 @@
 mod ambiguous;
 mod data_dir;
 pub(crate) mod disk_full;
+mod idem_shadow;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
