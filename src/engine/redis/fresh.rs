@@ -8,11 +8,14 @@
 //! checked: after every (re)connect, and whenever Redis's `run_id` changes (a replaced server
 //! behind the same address), every campaign's numbering in Redis is compared with the
 //! ledger's high-water mark (the highest order number in PostgreSQL; the stream may carry
-//! more, which only puts Redis ahead, never behind). Each campaign that is behind is dropped
-//! from the gate by `lua/drop_stale.lua` (guarded on the numbering, so a gate another instance
-//! already rebuilt is left alone) and rebuilt from the ledger; only then are claims let
-//! through. Meanwhile claims answer 503 "nothing was changed". The hot path pays one atomic
-//! load (`Link::request_gated`).
+//! more, which only puts Redis ahead, never behind). Each campaign that is behind is taken out
+//! of service by `lua/drop_stale.lua` (guarded on the numbering, so a gate another instance
+//! already rebuilt is left alone): dropped and rebuilt from the ledger at once when its stream
+//! is empty, or fenced when the stream still holds orders (a consumer read them and died, and
+//! the old snapshot kept them), so that the pipeline writes them into the ledger before it
+//! rebuilds the gate: a rebuild from the ledger alone would sell their units and codes again
+//! and let their buyers win twice. Only then are claims let through. Meanwhile claims answer
+//! 503 "nothing was changed". The hot path pays one atomic load (`Link::request_gated`).
 //!
 //! Redis Cluster is not gated (no single link and `run_id`): see docs/SCALE_OUT.md.
 
@@ -87,18 +90,33 @@ impl ScaleOut {
                     let dropped: i64 = drop
                         .key(k.meta())
                         .key(k.seq())
+                        .key(k.orders())
                         .arg(ledger_seq)
+                        .arg("0")
                         .invoke_async(&mut conn)
                         .await?;
-                    if dropped == 1 {
-                        tracing::error!(
+                    match dropped {
+                        1 => tracing::error!(
                             campaign = %id,
                             redis_seq = seq,
                             ledger_seq,
                             "Redis is behind the ledger (restored from an older snapshot, or a \
                              lagging replica took over): rebuilding the campaign from the ledger \
                              before serving it"
-                        );
+                        ),
+                        2 => {
+                            tracing::error!(
+                                campaign = %id,
+                                redis_seq = seq,
+                                ledger_seq,
+                                "Redis is behind the ledger and its stream still holds orders \
+                                 the ledger may not have: the campaign is fenced (claims answer \
+                                 503) until the pipeline has drained its stream into the ledger \
+                                 and rebuilt it"
+                            );
+                            return anyhow::Ok(1);
+                        }
+                        _ => {}
                     }
                     self.reconcile(&id)
                         .await

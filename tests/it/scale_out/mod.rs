@@ -28,6 +28,7 @@ mod reissued;
 mod sentinel;
 mod sentinel_failover;
 mod stale_snapshot;
+mod stream_rebuild;
 mod supervised;
 mod two_instances;
 mod worker_crash;
