@@ -8,6 +8,7 @@
 pub mod admin_keys;
 mod dir_lock;
 mod group_commit;
+pub mod invariants;
 mod migrations;
 mod postgres;
 mod postgres_holds;
@@ -17,6 +18,7 @@ mod postgres_recovery;
 pub(crate) mod rows;
 mod sqlite;
 mod sqlite_holds;
+mod sqlite_live;
 mod sqlite_locks;
 mod sqlite_recovery;
 mod sqlite_writer;

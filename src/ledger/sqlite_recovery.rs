@@ -236,11 +236,11 @@ mod tests {
             ends_at: None,
             hold_seconds: None,
         };
-        let codes: Vec<String> = ["A", "B\x1eC", "D"].map(String::from).to_vec();
+        let codes: Vec<String> = ["A", "B\x1eC", "D", "E"].map(String::from).to_vec();
         let users = ["plain", "rs\x1einside", "us\x1finside", "plain"];
         let mut writes = vec![LedgerWrite::CreateCampaign {
             def,
-            total: 3,
+            total: 4,
             codes: codes.clone(),
             status: Status::Active,
             at: Utc::now(),

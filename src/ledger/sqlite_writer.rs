@@ -54,7 +54,8 @@ pub(super) fn statement_fault(e: &anyhow::Error) -> WriteFault {
         .downcast_ref::<sqlx::Error>()
         .and_then(sqlx::Error::as_database_error)
         .is_some_and(|d| d.is_unique_violation());
-    if unique {
+    // A rule of the ledger (`ledger::invariants`) refused the write: memory contradicts it.
+    if unique || super::invariants::refused_rule(e).is_some() {
         WriteFault::Diverged(format!("{e:#}"))
     } else {
         WriteFault::NotCommitted(format!("{e:#}"))

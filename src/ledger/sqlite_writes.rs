@@ -22,7 +22,7 @@ const ROWS_PER_INSERT: usize = 1000;
 const SHAPES: [usize; 5] = [256, 64, 16, 4, 1];
 
 /// `rows` cut greedily into chunks whose lengths are all in [`SHAPES`].
-fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+pub(super) fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     std::iter::from_fn(move || {
         let n = SHAPES.into_iter().find(|&n| n <= rows.len())?;
         let (head, tail) = rows.split_at(n);
@@ -33,7 +33,7 @@ fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 
 /// The text of a multi-row INSERT, built once per shape: formatting the statement (and its
 /// placeholders) for every batch cost more instructions per won claim than binding its values.
-struct ShapedSql {
+pub(super) struct ShapedSql {
     head: &'static str,
     columns: usize,
     tail: &'static str,
@@ -41,7 +41,7 @@ struct ShapedSql {
 }
 
 impl ShapedSql {
-    const fn new(head: &'static str, columns: usize, tail: &'static str) -> Self {
+    pub(super) const fn new(head: &'static str, columns: usize, tail: &'static str) -> Self {
         Self {
             head,
             columns,
@@ -51,7 +51,7 @@ impl ShapedSql {
     }
 
     /// The statement for `rows` rows; `rows` is one of [`SHAPES`].
-    fn get(&'static self, rows: usize) -> &'static str {
+    pub(super) fn get(&'static self, rows: usize) -> &'static str {
         let built = self.built.get_or_init(|| {
             SHAPES.map(|n| {
                 let row = format!("({})", vec!["?"; self.columns].join(", "));
@@ -290,10 +290,32 @@ pub(super) async fn write_batch(
             other => apply_one(conn, other).await?,
         }
     }
+    // Resolutions of orders written before this batch go first: an expiry frees the unit (and
+    // the code) a later claim of the batch may have taken, and the ledger's rules
+    // (`ledger::invariants`) count live units statement by statement. A resolution of an order
+    // of this very batch follows the inserts.
+    let in_batch: std::collections::HashSet<&str> = if resolutions.is_empty() {
+        Default::default()
+    } else {
+        orders.iter().map(|o| o.order_id.as_str()).collect()
+    };
+    let (later, earlier): (Vec<&LedgerWrite>, Vec<&LedgerWrite>) =
+        resolutions.into_iter().partition(|w| {
+            let id = match w {
+                LedgerWrite::Confirm { order_id, .. } | LedgerWrite::Expire { order_id, .. } => {
+                    order_id
+                }
+                _ => unreachable!("only resolutions"),
+            };
+            in_batch.contains(id.as_str())
+        });
+    for w in earlier {
+        super::sqlite_holds::resolve(conn, w).await?;
+    }
     insert_orders(conn, &orders).await?;
+    super::sqlite_live::count_inserted(conn, &orders).await?;
     insert_idem(conn, &idem).await?;
-    // After the inserts: a resolution may follow its order in the same batch.
-    for w in resolutions {
+    for w in later {
         super::sqlite_holds::resolve(conn, w).await?;
     }
     Ok(())

@@ -24,7 +24,7 @@
 //! drained its gate is rebuilt from the ledger and claims resume. Any consumer finishes a
 //! fence another one left (it crashed), so a fence never outlives the pipeline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use super::entry::Entry;
 use super::PipelineOptions;
 use crate::domain::now;
 use crate::engine::redis::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
+use crate::ledger::invariants::refused_rule;
 use crate::ledger::{is_data_error, FailedOrder, PgLedger, PipelineOutcome, PipelineWrite};
 
 /// What one step did.
@@ -74,6 +75,17 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
 mod fence;
 mod holds;
 mod reclaim;
+mod rules;
+
+/// How long a consumer waits before it tries an order the ledger refused again while older
+/// entries of its campaign were unhandled (`rules`).
+const DEFERRED_PAUSE: Duration = Duration::from_millis(100);
+
+/// Counts an order the pipeline could not write as won (`reason`: poison, reissued,
+/// contradiction, ledger_rule).
+fn refused_metric(reason: &'static str) {
+    metrics::counter!(crate::telemetry::catalog::PIPELINE_REFUSED, "reason" => reason).increment(1);
+}
 
 pub use reclaim::RECLAIM_JOB;
 
@@ -285,8 +297,17 @@ impl Consumer {
                 // the gate's lost state, a contradicting transition is recorded, never absorbed.
                 // Acknowledged below, all together (the orders of one batch entry are
                 // acknowledged as one): cut short, the pass is redone, and what it wrote is a
-                // harmless replay.
+                // harmless replay. An order refused for a guarantee waits for the older
+                // entries of its campaign (`rules`), and so does the rest of its campaign.
+                let mut handled = rules::Handled::new();
+                let mut deferred: HashSet<String> = HashSet::new();
+                let mut unacked: HashSet<(String, String)> = HashSet::new();
                 for (i, (entry, write)) in good.iter().zip(&writes).enumerate() {
+                    let key = (entry.campaign_id.clone(), entry.stream_id.clone());
+                    if deferred.contains(&entry.campaign_id) {
+                        unacked.insert(key);
+                        continue;
+                    }
                     let one = std::slice::from_ref(write);
                     match self.ledger.apply_pipeline(one, fence).await {
                         Ok(out) => {
@@ -294,12 +315,37 @@ impl Consumer {
                             step.persisted += 1 - refused;
                             step.poisoned += refused;
                         }
-                        Err(e) if is_data_error(&e) => {
-                            self.poison(entry, Some(write), &format!("{e:#}")).await?;
-                            step.poisoned += 1;
-                        }
-                        Err(e) => return Err(e),
+                        Err(e) => match refused_rule(&e) {
+                            Some(rule) if !self.nothing_older(entry, &handled).await? => {
+                                tracing::info!(campaign = %entry.campaign_id, order = %write.order().order_id, rule, "the ledger refuses an order while older entries of its campaign are unhandled; it waits for them");
+                                deferred.insert(entry.campaign_id.clone());
+                                unacked.insert(key);
+                                continue;
+                            }
+                            Some(rule) => {
+                                self.refused_by_rule(entry, write, rule, &e).await?;
+                                step.poisoned += 1;
+                            }
+                            None if is_data_error(&e) => {
+                                self.poison(entry, Some(write), &format!("{e:#}")).await?;
+                                step.poisoned += 1;
+                            }
+                            None => return Err(e),
+                        },
                     }
+                    handled.insert(key);
+                }
+                if !deferred.is_empty() {
+                    // What was handled is acknowledged; the deferred entries stay with this
+                    // consumer and are read again first, after a pause.
+                    let done = |e: &&Entry| {
+                        !unacked.contains(&(e.campaign_id.clone(), e.stream_id.clone()))
+                    };
+                    self.ack(good.iter().filter(done).chain(poisoned.iter().filter(done)))
+                        .await?;
+                    self.recheck_own = true;
+                    tokio::time::sleep(DEFERRED_PAUSE).await;
+                    return Ok(step);
                 }
             }
             Err(e) => {
@@ -360,6 +406,7 @@ impl Consumer {
     ) -> anyhow::Result<()> {
         let order = write.map(PipelineWrite::order);
         tracing::error!(campaign = %entry.campaign_id, stream_id = %entry.stream_id, order = ?order.map(|o| &o.order_id), reason, "poison order: compensating and recording it");
+        refused_metric("poison");
         self.ledger
             .record_failed(&FailedOrder {
                 stream_id: entry.stream_id.clone(),

@@ -53,6 +53,7 @@ pub const REDIS_SCRIPT_DURATION: &str = "seckill_redis_script_duration_seconds";
 pub const PIPELINE_LAG: &str = "seckill_pipeline_lag";
 pub const PIPELINE_BATCH: &str = "seckill_pipeline_batch_size";
 pub const PIPELINE_INSERT_DURATION: &str = "seckill_pipeline_insert_duration_seconds";
+pub const PIPELINE_REFUSED: &str = "seckill_pipeline_refused_total";
 pub const REDIS_SETTINGS: &str = "seckill_redis_settings";
 pub const REDIS_REFUSING: &str = "seckill_redis_refusing_claims";
 pub const HOLDS_CONFIRMED: &str = "seckill_holds_confirmed_total";
@@ -89,6 +90,8 @@ pub const FAMILIES: &[Family] = &[
     f(PIPELINE_LAG, Gauge, "", "Orders answered won and not yet in PostgreSQL (scale-out)"),
     f(PIPELINE_BATCH, Histogram, "", "Orders per pipeline insert transaction (scale-out)"),
     f(PIPELINE_INSERT_DURATION, Histogram, "", "Time of one pipeline insert transaction (scale-out)"),
+    f(PIPELINE_REFUSED, Counter, "reason",
+      "Orders answered won that the ledger did not take, each recorded in failed_orders (poison, reissued, contradiction, ledger_rule; scale-out)"),
     f(REDIS_SETTINGS, Gauge, "maxmemory_policy, appendonly, appendfsync, source",
       "Redis settings the guarantees depend on (1 = current; scale-out)"),
     f(REDIS_REFUSING, Gauge, "", "1 while claims are refused for an evicting Redis (scale-out)"),

@@ -18,6 +18,16 @@ use seckill::domain::{Order, OrderState, Outcome};
 use crate::process::Proc;
 
 /// Rebuilds `orders` as migration 0005 left it and forgets that 0006 ran.
+/// Undoes migration 0008 (the ledger's rules).
+const BEFORE_0008: &str = "
+DROP TRIGGER IF EXISTS orders_state_once;
+DROP TRIGGER IF EXISTS orders_live_release;
+DROP TRIGGER IF EXISTS orders_live_delete;
+DROP TABLE holdings;
+DROP TABLE live_codes;
+ALTER TABLE campaigns DROP COLUMN live_units;
+";
+
 const BACK_TO_0005: &str = "
 CREATE TABLE orders_v5 (
     order_id     TEXT PRIMARY KEY,
@@ -101,6 +111,7 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
         .connect()
         .await
         .unwrap();
+    sqlx::raw_sql(BEFORE_0008).execute(&mut conn).await.unwrap();
     sqlx::raw_sql(BACK_TO_0005)
         .execute(&mut conn)
         .await
@@ -144,7 +155,8 @@ async fn a_ledger_of_the_previous_schema_migrates_with_every_order() {
     let ro = format!("sqlite://{}?mode=ro", db.display());
     let pool = sqlx::SqlitePool::connect(&ro).await.unwrap();
     let shapes: Vec<(String, String)> = sqlx::query_as(
-        "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'orders' AND sql IS NOT NULL",
+        "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'orders' AND sql IS NOT NULL \
+         AND type IN ('table', 'index')",
     )
     .fetch_all(&pool)
     .await
@@ -194,6 +206,7 @@ async fn a_ledger_that_ran_either_bytes_of_migration_0006_starts() {
             .execute(&mut conn)
             .await
             .unwrap();
+        sqlx::raw_sql(BEFORE_0008).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
 
         let second = Proc::start(dir.path());

@@ -18,6 +18,7 @@ mod helpers;
 mod holds;
 mod hostile;
 mod invariants;
+mod ledger_rules;
 mod ledger_upgrade;
 mod locks;
 mod metrics;

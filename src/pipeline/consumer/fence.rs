@@ -72,6 +72,7 @@ impl Consumer {
                 let Some(entry) = writes.iter().position(new_order).map(|i| &good[i]) else {
                     continue;
                 };
+                super::refused_metric("reissued");
                 self.ledger
                     .record_failed(&FailedOrder {
                         stream_id: entry.stream_id.clone(),

@@ -30,6 +30,7 @@ impl Consumer {
                 reason,
                 "a transition contradicts the ledger: recorded in failed_orders, row unchanged"
             );
+            super::refused_metric("contradiction");
             self.ledger
                 .record_failed(&FailedOrder {
                     stream_id: entry.stream_id.clone(),

@@ -16,6 +16,7 @@ const SCALE_OUT_ONLY: &[&str] = &[
     catalog::REDIS_SCRIPT_DURATION,
     catalog::PIPELINE_BATCH,
     catalog::PIPELINE_INSERT_DURATION,
+    catalog::PIPELINE_REFUSED,
     catalog::PIPELINE_LAG,
     catalog::REDIS_SETTINGS,
     catalog::REDIS_REFUSING,

@@ -13,6 +13,7 @@ mod fail_open;
 mod guards;
 mod holders;
 mod holds_ledger;
+mod ledger_rules;
 mod outages;
 mod pg_refuses;
 mod pipeline;

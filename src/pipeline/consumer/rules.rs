@@ -1,0 +1,89 @@
+//! Orders the ledger refuses for a guarantee (`ledger::invariants`): a campaign's live units
+//! above its total, a buyer above the limit, a code held twice, a second resolution.
+//!
+//! The gate answered `won` for such an order, and the ledger will not take it: the gate and
+//! the ledger disagree, as with a reissued order id. The buyer's answer is recorded in
+//! `failed_orders`, one error line is logged, the campaign is fenced (its claims answer 503
+//! "nothing was changed") and rebuilt from the ledger once its stream is drained. No units go
+//! back in Redis: the rebuild gives the gate the ledger's count.
+//!
+//! One refusal is not yet a contradiction: reclaimed entries arrive after later ones (a
+//! consumer crashed holding them), and in a campaign with holds an expiry frees the unit a
+//! later order took. So an order the ledger refuses while an older entry of its campaign's
+//! stream is still unhandled is deferred: it stays unacknowledged and is tried again after
+//! the older one. Only a refusal with nothing older left is recorded.
+
+use std::collections::HashSet;
+
+use super::Consumer;
+use crate::domain::now;
+use crate::engine::redis::Keys;
+use crate::ledger::{FailedOrder, PipelineWrite};
+use crate::pipeline::entry::Entry;
+
+/// Stream entries as (campaign, stream id).
+pub(super) type Handled = HashSet<(String, String)>;
+
+impl Consumer {
+    /// Whether every entry of `entry`'s campaign stream older than it is in `handled`
+    /// (handled earlier in this pass; entries handled before are no longer in the stream).
+    pub(super) async fn nothing_older(
+        &mut self,
+        entry: &Entry,
+        handled: &Handled,
+    ) -> anyhow::Result<bool> {
+        let mine = handled
+            .iter()
+            .filter(|(c, _)| *c == entry.campaign_id)
+            .count();
+        let older: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(Keys::new(&entry.campaign_id).orders())
+            .arg("-")
+            .arg(format!("({}", entry.stream_id))
+            .arg("COUNT")
+            .arg(mine + 1)
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(older
+            .ids
+            .iter()
+            .all(|s| handled.contains(&(entry.campaign_id.clone(), s.id.clone()))))
+    }
+
+    /// Records an order the ledger refused for `rule` and fences its campaign.
+    pub(super) async fn refused_by_rule(
+        &mut self,
+        entry: &Entry,
+        write: &PipelineWrite,
+        rule: &str,
+        why: &anyhow::Error,
+    ) -> anyhow::Result<()> {
+        let order = write.order();
+        self.scripts
+            .fence(&mut self.conn, &entry.campaign_id, false)
+            .await?;
+        self.fenced.insert(entry.campaign_id.clone());
+        self.ledger
+            .record_failed(&FailedOrder {
+                stream_id: entry.stream_id.clone(),
+                campaign_id: entry.campaign_id.clone(),
+                order_id: Some(order.order_id.clone()),
+                payload: entry.payload(),
+                reason: format!(
+                    "the ledger refused it ({rule}): the gate and the ledger disagree: {why:#}"
+                ),
+                at: now(),
+            })
+            .await?;
+        super::refused_metric("ledger_rule");
+        tracing::error!(
+            campaign = %entry.campaign_id,
+            order = %order.order_id,
+            user = %order.user_id,
+            rule,
+            "the ledger refused an order the gate answered won: recorded in failed_orders; \
+             the campaign is fenced and rebuilt from the ledger"
+        );
+        Ok(())
+    }
+}
