@@ -65,7 +65,7 @@ for B in $BATCHES; do
     measure "claims-$B" $((CLAIMS / B)) "$B" EVALSHA "$SHA" 9 \
         '{c:hot}:meta' '{c:hot}:users' '{c:hot}:codes' '{c:hot}:seq' '{c:hot}:orders' \
         '{c:hot}:held' '{c:hot}:deadlines' '{c:hot}:idemrej:' '{c:hot}:packed' \
-        86400 600 64 100000 "${ARGS[@]}"
+        86400 600 64 100000 0 "${ARGS[@]}"
 done
 start seed002
 redis-cli -p "$PORT" SET air_id:bench 1000000000000 >/dev/null

@@ -111,6 +111,6 @@ BARGS=()
 for _ in $(seq 128); do BARGS+=("b__rand_int__" 1 0); done
 row seckill_batches_redis_benchmark redis-benchmark -p "$RPORT" -c 50 -P 1 -n 1000 -r 1000000000 --csv \
     EVALSHA "$BSHA" 9 '{c:hot}:meta' '{c:hot}:users' '{c:hot}:codes' '{c:hot}:seq' '{c:hot}:orders' \
-    '{c:hot}:held' '{c:hot}:deadlines' '{c:hot}:idemrej:' '{c:hot}:packed' 86400 600 64 100000 "${BARGS[@]}"
+    '{c:hot}:held' '{c:hot}:deadlines' '{c:hot}:idemrej:' '{c:hot}:packed' 86400 600 64 100000 0 "${BARGS[@]}"
 echo "seckill claim batch: ${SECKILL_CLAIM_BATCH:-128} (SECKILL_CLAIM_BATCH)"
 redis-cli -p "$RPORT" INFO commandstats | grep cmdstat_ | tr -d '\r' | sed -E 's/,rejected_calls.*//' || true

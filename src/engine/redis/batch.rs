@@ -244,15 +244,24 @@ impl Batcher {
             .collect();
         let mut conn = self.conn.clone();
         let before = WaitReplicas::before(&conn);
-        let call =
-            self.scripts
-                .claim_batch(&mut conn, campaign, &claims, (self.idem.0, &self.idem.1));
+        let call = self.scripts.claim_batch(
+            &mut conn,
+            campaign,
+            &claims,
+            (self.idem.0, &self.idem.1),
+            self.opts.replicas.map_or(0, |w| w.replicas),
+        );
         let result = tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer from Redis in time")));
         drop(claims);
+        // A batch that decided nothing (too few replicas, a fenced or missing campaign) wrote
+        // nothing and has nothing to wait for.
+        let decided = |answers: &[Claimed]| answers.iter().any(|a| matches!(a, Claimed::Answer(_)));
         let result = match (result, self.opts.replicas) {
-            (Ok(answers), Some(w)) => w.confirm(&self.conn, before).await.map(|()| answers),
+            (Ok(answers), Some(w)) if decided(&answers) => {
+                w.confirm(&self.conn, before).await.map(|()| answers)
+            }
             (result, _) => result,
         };
         match result {
@@ -302,6 +311,8 @@ impl Scripts {
         campaign: &str,
         claims: &[BatchClaim<'_>],
         (idem_ttl_secs, rejected): (u64, &IdemLimits),
+        // Replicas that must be in sync for the batch to run (0: no check).
+        replicas: u32,
     ) -> anyhow::Result<Vec<Claimed>> {
         let k = Keys::new(campaign);
         let mut inv = self.claims.prepare_invoke();
@@ -317,7 +328,8 @@ impl Scripts {
         inv.arg(idem_ttl_secs)
             .arg(rejected.rejected_ttl.num_seconds().max(1))
             .arg(rejected.per_user)
-            .arg(rejected.per_campaign);
+            .arg(rejected.per_campaign)
+            .arg(replicas);
         let mut keys = 9;
         for c in claims {
             inv.arg(c.user).arg(c.qty);
@@ -344,6 +356,7 @@ impl Scripts {
             .map(|encoded| match encoded.as_str() {
                 "missing" => Ok(Claimed::Missing),
                 "fenced" => Ok(Claimed::Fenced),
+                "replicas" => Ok(Claimed::NoReplicas),
                 _ => super::scripts::decode_answer(encoded)
                     .map(Claimed::Answer)
                     .ok_or_else(|| anyhow::anyhow!("the batch claim script answered {encoded:?}")),

@@ -263,6 +263,13 @@ impl Backend for ScaleOut {
                          state; the claim was not processed and nothing was changed, retry later"
                     )))
                 }
+                Claimed::NoReplicas => {
+                    return Err(Error::Unavailable(
+                        "fewer Redis replicas are in sync than --redis-wait-replicas asks for; \
+                         the claim was not processed and nothing was changed, retry later"
+                            .into(),
+                    ))
+                }
             }
         }
         Err(Error::campaign_not_found(id))
@@ -301,7 +308,9 @@ impl Backend for ScaleOut {
     async fn confirm(&self, order_id: &str) -> Result<Order, Error> {
         let order_id = order_id.to_owned();
         detached(&self.me, move |me| async move {
+            let before = me.before_change();
             let order = me.confirm_order(&order_id).await;
+            let order = me.confirmed_on_replicas(before, order).await;
             if let Err(Error::Conflict(_)) = &order {
                 // Perhaps expired on the spot: its units are back on sale.
                 if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {

@@ -1,7 +1,7 @@
-//! Admin changes count only once a replica has them (`--redis-wait-replicas`).
+//! Admin changes and confirms count only once a replica has them (`--redis-wait-replicas`).
 //!
 //! Claims wait for a replica before they are answered (`batch/replicas.rs`); admin changes
-//! must too. A restock, status change or cancel that a primary applied and then lost in a
+//! and confirms must too. A restock, status change or cancel that a primary applied and then lost in a
 //! failover (a graceful `SENTINEL FAILOVER` leaves the old primary taking writes for seconds
 //! after the replica was promoted) leaves the gate behind the ledger for good — units of a
 //! cancelled order never sold again, a restock never sellable — unless someone notices. The
@@ -17,7 +17,7 @@
 
 use super::admin::saved_not_applied;
 use super::{Health, ScaleOut, WaitReplicas};
-use crate::domain::Error;
+use crate::domain::{Error, Order};
 
 impl ScaleOut {
     /// The link's health before an admin change touches Redis, to compare in
@@ -43,5 +43,30 @@ impl ScaleOut {
             .await
             .map_err(saved_not_applied(what))?;
         Ok(value)
+    }
+
+    /// A confirm's 200, once `--redis-wait-replicas` replicas have it. A confirm is decided in
+    /// Redis and reaches the ledger through the stream; answered before a replica had it, a
+    /// failover could lose it while the payment was captured on the 200, and the new primary
+    /// would expire the order and sell its unit again. Unconfirmed, the answer is the
+    /// outcome-unknown 503: the confirm is idempotent, and a retry answers what became of it
+    /// (confirmed, or 409 if it was lost and the order expired meanwhile).
+    pub(super) async fn confirmed_on_replicas(
+        &self,
+        before: Option<Health>,
+        result: Result<Order, Error>,
+    ) -> Result<Order, Error> {
+        let Some(wait) = self.claims.replicas() else {
+            return result;
+        };
+        let order = result?;
+        wait.confirm(&self.redis, before).await.map_err(|e| {
+            Error::OutcomeUnknown(format!(
+                "the confirm of order '{}' is not on a Redis replica yet ({e:#}); it may or may \
+                 not survive a failover: retry the confirm, it answers the order's state",
+                order.order_id
+            ))
+        })?;
+        Ok(order)
     }
 }

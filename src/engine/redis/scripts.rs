@@ -40,6 +40,8 @@ pub enum Claimed {
     Missing,
     /// The gate of this campaign is fenced while it is rebuilt; nothing was changed.
     Fenced,
+    /// Fewer replicas in sync than `--redis-wait-replicas` asks for: nothing was decided.
+    NoReplicas,
 }
 
 /// Result of a guarded script: applied, refused with the gate's value, or campaign missing.

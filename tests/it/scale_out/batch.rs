@@ -47,6 +47,7 @@ fn describe(c: &seckill::engine::redis::Claimed, id: &str) -> String {
         seckill::engine::redis::Claimed::Answer(a) => format!("{:?}", neutral(a, id)),
         seckill::engine::redis::Claimed::Missing => "missing".into(),
         seckill::engine::redis::Claimed::Fenced => "fenced".into(),
+        seckill::engine::redis::Claimed::NoReplicas => "replicas".into(),
     }
 }
 
@@ -143,7 +144,7 @@ async fn decide_alike(hold: Option<u32>) {
             })
             .collect();
         let answers = scripts
-            .claim_batch(&mut conn, "many", &batch, (86400, &limits))
+            .claim_batch(&mut conn, "many", &batch, (86400, &limits), 0)
             .await
             .unwrap();
         many.extend(answers.iter().map(|c| describe(c, "many")));

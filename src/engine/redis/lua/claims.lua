@@ -32,12 +32,16 @@
 -- ARGV[2] retention in seconds of a rejection answer
 -- ARGV[3] most rejection answers kept per user (in this campaign)
 -- ARGV[4] most rejection answers kept per campaign
--- ARGV[5…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
+-- ARGV[5] replicas that must be connected and in sync for the batch to run ('0' = no check;
+--         `--redis-wait-replicas`): with fewer, nothing is decided and nothing written, so a
+--         batch whose WAIT could not succeed never takes stock it cannot answer for
+-- ARGV[6…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
 --         validated by the caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
 --
 -- Returns one item per claim, in order: its answer in claim.lua's line format (new or replayed
--- alike: the caller treats both the same), or 'missing' / 'fenced' (no answer: the campaign is
--- gone / fenced), which no answer can be, since every answer starts with an outcome's name.
+-- alike: the caller treats both the same), or 'missing' / 'fenced' / 'replicas' (no answer:
+-- the campaign is gone / fenced / too few replicas are in sync), which no answer can be, since
+-- every answer starts with an outcome's name.
 
 local function int(n) return string.format('%d', n) end
 local function answer(outcome, order_id, qty, remaining, held, codes)
@@ -62,11 +66,24 @@ if status == 'paused' or status == 'closed' then shared = answer(status)
 elseif status and m[2] ~= '' and now < tonumber(m[2]) then shared = answer('not_started')
 elseif status and m[3] ~= '' and now >= tonumber(m[3]) then shared = answer('ended') end
 
-local n = (#ARGV - 4) / 3
+-- A replica counts when it is online and acknowledged the primary within the last 2 s (it
+-- sends an acknowledgement every second): one that stopped answering is not waited for.
+local replicas_short = false
+local need = tonumber(ARGV[5])
+if need > 0 then
+  local info = redis.call('INFO', 'replication')
+  local ok = 0
+  for state, lag in string.gmatch(info, 'slave%d+:[^\r\n]-state=(%a+),[^\r\n]-lag=(%d+)') do
+    if state == 'online' and tonumber(lag) <= 2 then ok = ok + 1 end
+  end
+  replicas_short = ok < need
+end
+
+local n = (#ARGV - 5) / 3
 local held = {}
-if status and not m[8] and not shared and n > 0 then
+if status and not m[8] and not shared and not replicas_short and n > 0 then
   local users = {}
-  for i = 1, n do users[i] = ARGV[2 + 3 * i] end
+  for i = 1, n do users[i] = ARGV[3 + 3 * i] end
   local h = redis.call('HMGET', KEYS[2], unpack(users))
   -- tonumber is a strtod; a user with no holding yet (nearly every one in a storm) skips it.
   for i = 1, n do
@@ -141,7 +158,7 @@ end
 
 local out = {}
 for i = 0, n - 1 do
-  local user, qtys, k = ARGV[5 + 3 * i], ARGV[6 + 3 * i], ARGV[7 + 3 * i]
+  local user, qtys, k = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
   local qty = 1
   if qtys ~= '1' then qty = tonumber(qtys) end
   local idem = nil
@@ -153,6 +170,8 @@ for i = 0, n - 1 do
     out[i + 1] = 'missing'
   elseif m[8] then
     out[i + 1] = 'fenced'
+  elseif replicas_short then
+    out[i + 1] = 'replicas'
   else
     local encoded, won = decide(user, qty, qtys)
     if idem then

@@ -1,0 +1,112 @@
+//! `--redis-wait-replicas` with the replica gone (Sentinel, one primary, one replica).
+//!
+//! Before, every claim batch ran in Redis and only then learned from `WAIT` that no replica
+//! had it: each claim answered 503 "outcome unknown" while the stock drained (90 → 50 for 40
+//! claims), and a confirm answered 200 without waiting at all, so a failover could lose it
+//! after the payment was captured. Now a batch checks the replicas in the same atomic step
+//! and changes nothing without them, and a confirm is answered 200 only once a replica has it.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::json;
+
+use seckill::bench::client::{ClaimReply, Client};
+use seckill::config::ServeConfig;
+use seckill::domain::Outcome;
+
+use crate::helpers::{settle_url, TOKEN};
+use crate::servers::{pg, redis_raw, SentinelSetup};
+
+async fn confirm(c: &Client, id: &str) -> (u16, serde_json::Value) {
+    let (s, body) = c
+        .admin(Method::POST, &format!("/v1/orders/{id}/confirm"), None)
+        .await
+        .unwrap();
+    (s.as_u16(), body)
+}
+
+fn replicas_of(port: u16) -> String {
+    redis_raw(port, "INFO replication").unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_replica_nothing_is_sold_or_confirmed() {
+    let mut redis = SentinelSetup::start();
+    redis.wait_replicated();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+    cfg.scale.redis = vec![redis.sentinel_url()];
+    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
+    cfg.scale.postgres = Some(pg().fresh_db().await);
+    cfg.scale.pipeline.redis_wait_replicas = Some(1);
+    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let c = Client::new(&server.url(), TOKEN);
+    c.create_campaign(&json!({"id": "w", "stock": 90, "hold_seconds": 600}))
+        .await
+        .unwrap();
+    let held = match c.claim("w", "first", 1, None).await.unwrap() {
+        ClaimReply::Processed(a) if a.outcome == Outcome::Won => a.order_id.unwrap(),
+        other => panic!("{other:?} {}", replicas_of(redis.primary.port)),
+    };
+    settle_url(&c).await;
+    redis.wait_replicated();
+
+    tokio::task::block_in_place(|| redis.replica.kill_9());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replicas_of(redis.primary.port).contains("connected_slaves:0") {
+        assert!(
+            Instant::now() < deadline,
+            "the primary still lists its replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..40 {
+        match c.claim("w", &format!("u{i}"), 1, None).await.unwrap() {
+            ClaimReply::Refused(s, body) => {
+                assert_eq!(s.as_u16(), 503, "{body}");
+                let msg = body["error"]["message"].as_str().unwrap_or_default();
+                assert!(msg.contains("nothing was changed"), "u{i}: {body}");
+            }
+            other => panic!("u{i} without a replica: {other:?}"),
+        }
+    }
+    assert_eq!(
+        c.campaign("w").await.unwrap().remaining,
+        89,
+        "refused claims take no stock"
+    );
+    let (s, body) = confirm(&c, &held).await;
+    assert_eq!(
+        s, 503,
+        "a confirm no replica has is not answered 200: {body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("retry the confirm")),
+        "{body}"
+    );
+
+    tokio::task::block_in_place(|| redis.replica.start_again());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let won = loop {
+        match c.claim("w", "after", 1, None).await.unwrap() {
+            ClaimReply::Processed(a) => break a,
+            other => {
+                assert!(Instant::now() < deadline, "never served again: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(won.outcome, Outcome::Won);
+    let (s, body) = confirm(&c, &held).await;
+    assert_eq!(
+        (s, body["state"].as_str()),
+        (200, Some("confirmed")),
+        "{body}"
+    );
+    settle_url(&c).await;
+    assert_eq!(c.campaign("w").await.unwrap().remaining, 88);
+    server.stop().await.unwrap();
+}
