@@ -93,6 +93,19 @@ impl PgLedger {
         if let Some((job, f)) = fence {
             crate::lock::fenced::require(&mut tx, job, f).await?;
         }
+        // The ledger's rules (migration 0007) update each campaign's row of live units; taken
+        // here, in one order, two consumers whose batches touch the same campaigns in another
+        // order wait for each other instead of deadlocking.
+        let mut campaigns: Vec<&str> = writes
+            .iter()
+            .map(|w| w.order().campaign_id.as_str())
+            .collect();
+        campaigns.sort_unstable();
+        campaigns.dedup();
+        sqlx::query("SELECT 1 FROM campaigns WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(&campaigns)
+            .execute(&mut *tx)
+            .await?;
         let mut out = PipelineOutcome::default();
         let mut run: Vec<&Order> = Vec::new();
         let mut in_run: HashSet<&str> = HashSet::new();

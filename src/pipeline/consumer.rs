@@ -61,6 +61,9 @@ pub struct Consumer {
     reclaim: reclaim::Reclaim,
     /// The Redis link when this step started reading (`--redis-wait-replicas`).
     read_on: Option<Health>,
+    /// Entries the ledger refused while older ones of their campaign were unhandled, since when
+    /// (`rules`): past twice `reclaim_after` a refusal is recorded, whatever is still older.
+    deferred_since: HashMap<(String, String), Instant>,
     /// Orders per stream entry in the last read (a batch entry of `claims.lua` holds many),
     /// so that a step reads about `--pipeline-batch` orders, not as many batch entries.
     per_entry: usize,
@@ -110,6 +113,7 @@ impl Consumer {
             fenced: Default::default(),
             reclaim,
             read_on: None,
+            deferred_since: HashMap::new(),
             per_entry: 1,
         }
     }
@@ -253,6 +257,13 @@ impl Consumer {
                 }
                 Err(why) => {
                     self.poison(&e, None, &format!("{why:#}")).await?;
+                    // What it holds cannot be read, so nothing can be given back one by one:
+                    // the campaign is rebuilt from the ledger once its stream is drained, which
+                    // gives back whatever the entry's orders took.
+                    self.scripts
+                        .fence(&mut self.conn, &e.campaign_id, false)
+                        .await?;
+                    self.fenced.insert(e.campaign_id.clone());
                     step.poisoned += 1;
                     poisoned.push(e);
                 }
@@ -290,6 +301,7 @@ impl Consumer {
                 let refused = self.refused(&good, &writes, &out).await?;
                 step.persisted += good.len() - refused;
                 step.poisoned += refused;
+                self.deferred_since.clear();
             }
             Err(e) if is_data_error(&e) => {
                 // Somewhere in the batch is an entry PostgreSQL refuses: find it alone, in
@@ -316,15 +328,32 @@ impl Consumer {
                             step.poisoned += refused;
                         }
                         Err(e) => match refused_rule(&e) {
-                            Some(rule) if !self.nothing_older(entry, &handled).await? => {
+                            Some(rule)
+                                if !self.nothing_older(entry, &handled).await?
+                                    && !self.deferred_too_long(entry) =>
+                            {
                                 tracing::info!(campaign = %entry.campaign_id, order = %write.order().order_id, rule, "the ledger refuses an order while older entries of its campaign are unhandled; it waits for them");
                                 deferred.insert(entry.campaign_id.clone());
                                 unacked.insert(key);
                                 continue;
                             }
                             Some(rule) => {
-                                self.refused_by_rule(entry, write, rule, &e).await?;
-                                step.poisoned += 1;
+                                // Nothing older is left now; what was older may have committed
+                                // after the refusal, so the write is tried once more first.
+                                match self.ledger.apply_pipeline(one, fence).await {
+                                    Ok(out) => {
+                                        let refused = self
+                                            .refused(&good[i..=i], &writes[i..=i], &out)
+                                            .await?;
+                                        step.persisted += 1 - refused;
+                                        step.poisoned += refused;
+                                    }
+                                    Err(again) if refused_rule(&again).is_some() => {
+                                        self.refused_by_rule(entry, write, rule, &again).await?;
+                                        step.poisoned += 1;
+                                    }
+                                    Err(again) => return Err(again),
+                                }
                             }
                             None if is_data_error(&e) => {
                                 self.poison(entry, Some(write), &format!("{e:#}")).await?;
@@ -335,6 +364,7 @@ impl Consumer {
                     }
                     handled.insert(key);
                 }
+                self.deferred_since.retain(|k, _| unacked.contains(k));
                 if !deferred.is_empty() {
                     // What was handled is acknowledged; the deferred entries stay with this
                     // consumer and are read again first, after a pause.
