@@ -73,13 +73,13 @@ impl RedisConn {
             let client = ClusterClient::builder(target.urls.clone())
                 .connection_timeout(CONNECT_TIMEOUT)
                 .response_timeout(RESPONSE_TIMEOUT)
-                // redis-rs waits at least 1.28 s between retries by default: a claim on a
-                // master that is down would hang for seconds, and one that came back would be
-                // retried late. Retry at 20–200 ms instead, twice, then answer.
-                .retries(2)
-                .min_retry_wait(20)
-                .max_retry_wait(200)
-                .retry_wait_formula(50, 2)
+                // No retries inside the client: after a connection reset it cannot know whether
+                // the script it sent ran, and a retry could run a claim batch (or a release, a
+                // restock) twice: a second order for one claim, or `already_claimed` told to the
+                // buyer whose first run won. A failed call is answered as such (a claim: the
+                // outcome-unknown 503, which a retry with the same Idempotency-Key settles), and
+                // the client refreshes its slot map for the next call.
+                .retries(0)
                 .build()
                 .context("invalid Redis Cluster URLs")?;
             let conn = client

@@ -19,8 +19,8 @@ pub const DEPENDENCY_GRACE: Duration = Duration::from_secs(1);
 /// The answer to a claim whose script call failed: "nothing was changed" only when the
 /// script surely did not run (the link refused it while Redis is down, or Redis rejected it
 /// before running); otherwise it may have run before the connection broke, and the client
-/// is told so. Never for a cluster: its client retries internally, so the error it returns
-/// (say, connection refused) may follow an attempt that ran and whose answer was lost.
+/// is told so. Never for a cluster: its client hides which node and connection the call took,
+/// so no error it returns proves the script did not run.
 pub fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
     move |e| {
         let not_run = !cluster

@@ -3,9 +3,12 @@
 //! 503 on every instance), the buyers told `won` for reissued ids are recorded, and the gate is
 //! rebuilt from the ledger once the campaign's stream is drained, which lifts the fence.
 
+use futures::StreamExt;
+use redis::AsyncCommands;
+
 use super::Consumer;
 use crate::domain::{now, Order};
-use crate::engine::redis::Keys;
+use crate::engine::redis::{Keys, RedisConn};
 use crate::ledger::{FailedOrder, PipelineWrite};
 use crate::pipeline::entry::Entry;
 
@@ -15,11 +18,28 @@ impl Consumer {
         if self.campaigns.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for id in &self.campaigns {
-            pipe.hget(Keys::new(id).meta(), "fenced");
-        }
-        let flags: Vec<Option<String>> = pipe.query_async(&mut self.conn).await?;
+        // One pipeline on a single node; on a Cluster one HGET per campaign (their keys are in
+        // different slots, and the cluster client refuses a pipeline across slots: a fence left
+        // by a consumer that died was then never lifted).
+        let flags: Vec<Option<String>> = if matches!(self.conn, RedisConn::Cluster(_)) {
+            let conn = self.conn.clone();
+            futures::stream::iter(self.campaigns.clone())
+                .map(|id| {
+                    let mut conn = conn.clone();
+                    async move { conn.hget(Keys::new(&id).meta(), "fenced").await }
+                })
+                .buffered(16)
+                .collect::<Vec<redis::RedisResult<Option<String>>>>()
+                .await
+                .into_iter()
+                .collect::<redis::RedisResult<_>>()?
+        } else {
+            let mut pipe = redis::pipe();
+            for id in &self.campaigns {
+                pipe.hget(Keys::new(id).meta(), "fenced");
+            }
+            pipe.query_async(&mut self.conn).await?
+        };
         for (id, flag) in self.campaigns.iter().zip(flags) {
             if flag.is_some() {
                 self.fenced.insert(id.clone());
