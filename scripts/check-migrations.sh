@@ -12,8 +12,14 @@ fi
 bad=0
 checked=0
 while IFS= read -r file; do
-    first=$(git log --diff-filter=A --format=%H -- "$file" | tail -n 1)
+    # -m: a file first committed on a branch and merged shows in the merge's diff too (plain
+    # `git log` shows no diffs for merges); the oldest commit that added it is its first.
+    first=$(git log -m --diff-filter=A --format=%H -- "$file" | tail -n 1)
     if [ -z "$first" ]; then
+        if git ls-files --error-unmatch "$file" >/dev/null 2>&1 && git cat-file -e "HEAD:$file" 2>/dev/null; then
+            echo "check-migrations: $file is committed but no commit adding it was found" >&2
+            bad=1
+        fi
         continue   # not committed yet: a new migration
     fi
     checked=$((checked + 1))
