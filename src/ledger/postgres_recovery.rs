@@ -98,6 +98,19 @@ impl PgLedger {
             .collect())
     }
 
+    /// Those of `order_ids` the ledger holds in a state other than pending.
+    pub async fn resolved_among(&self, order_ids: &[String]) -> anyhow::Result<Vec<String>> {
+        if order_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar(
+            "SELECT order_id FROM orders WHERE order_id = ANY($1) AND state <> 'pending'",
+        )
+        .bind(order_ids)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn stored(&self, id: &str) -> anyhow::Result<Option<GateSnapshot>> {
         Ok(self.stored_snapshot(id).await?.map(|(c, _)| c))
     }

@@ -47,6 +47,30 @@ pub struct Checked {
     pub took: Duration,
 }
 
+impl ScaleOut {
+    /// Those of `ids` whose gate holds a pending order the ledger has already resolved.
+    async fn resolved_in_ledger(
+        &self,
+        ids: &[String],
+    ) -> anyhow::Result<std::collections::HashSet<String>> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hkeys(Keys::new(id).held());
+        }
+        let held: Vec<Vec<String>> = pipe.query_async(&mut self.conn()).await?;
+        let pending: Vec<String> = held.into_iter().flatten().collect();
+        let resolved = self.ledger.resolved_among(&pending).await?;
+        Ok(resolved
+            .iter()
+            .filter_map(|o| crate::domain::parse_order_id(o).ok())
+            .map(|(campaign, _)| campaign.to_owned())
+            .collect())
+    }
+}
+
 async fn run_id(conn: &RedisConn) -> anyhow::Result<String> {
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -74,16 +98,24 @@ impl ScaleOut {
         } else {
             pipe.query_async(&mut conn).await?
         };
-        let behind: Vec<(String, u64, u64)> = high
+        let (mut behind, level): (Vec<_>, Vec<_>) = high
             .iter()
             .zip(seqs)
-            .filter(|((_, ledger_seq), seq)| seq.unwrap_or(0) < *ledger_seq)
-            .map(|((id, ledger_seq), seq)| (id.clone(), *ledger_seq, seq.unwrap_or(0)))
-            .collect();
+            .map(|((id, ledger_seq), seq)| (id.clone(), *ledger_seq, seq.unwrap_or(0), false))
+            .partition(|(_, ledger_seq, seq, _)| seq < ledger_seq);
+        // Level numbering is not enough: a Redis back from a snapshot taken while an order was
+        // pending still holds it pending after the ledger saw it confirmed or expired (it would
+        // expire it again and sell its unit and code twice).
+        let ids: Vec<String> = level.iter().map(|(id, ..)| id.clone()).collect();
+        let resolved = self.resolved_in_ledger(&ids).await?;
+        let (forced, level): (Vec<_>, Vec<_>) = level
+            .into_iter()
+            .partition(|(id, ..)| resolved.contains(id));
+        behind.extend(forced.into_iter().map(|(id, l, s, _)| (id, l, s, true)));
         let drop = Script::new(include_str!("lua/drop_stale.lua"));
         // Several at once: claims wait for all of them.
         let rebuilt = futures::stream::iter(behind)
-            .map(|(id, ledger_seq, seq)| {
+            .map(|(id, ledger_seq, seq, force)| {
                 let (drop, mut conn) = (&drop, self.conn());
                 async move {
                     let k = Keys::new(&id);
@@ -92,7 +124,7 @@ impl ScaleOut {
                         .key(k.seq())
                         .key(k.orders())
                         .arg(ledger_seq)
-                        .arg("0")
+                        .arg(if force { "1" } else { "0" })
                         .invoke_async(&mut conn)
                         .await?;
                     match dropped {
@@ -129,6 +161,31 @@ impl ScaleOut {
             .await
             .into_iter()
             .sum::<anyhow::Result<usize>>()?;
+        // The campaigns left in service take the admin changes the ledger has and a gate from
+        // an old snapshot may not: restocks, status, releases of cancelled orders (each
+        // idempotent; before, they waited for a restart while units stayed unsold).
+        let mut level: Vec<String> = level.into_iter().map(|(id, ..)| id).collect();
+        let with_orders: std::collections::HashSet<&str> =
+            high.iter().map(|(id, _)| id.as_str()).collect();
+        let unnumbered: Vec<String> = self
+            .ledger
+            .campaign_ids()
+            .await?
+            .into_iter()
+            .filter(|id| !with_orders.contains(id.as_str()))
+            .collect();
+        level.extend(unnumbered);
+        futures::stream::iter(level)
+            .map(|id| async move {
+                self.reconcile(&id)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("levelling campaign {id} with the ledger: {e}"))
+            })
+            .buffer_unordered(REBUILDS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<Vec<()>>>()?;
         Ok(Checked {
             campaigns: high.len(),
             rebuilt,

@@ -29,6 +29,7 @@ mod reissued;
 mod replica_waits;
 mod sentinel;
 mod sentinel_failover;
+mod stale_resolutions;
 mod stale_snapshot;
 mod stream_rebuild;
 mod supervised;
