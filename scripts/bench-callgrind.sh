@@ -11,9 +11,6 @@
 #   ceiling  `seckill baseline` (parses the same body, one atomic increment)
 #   soldout  embedded, a sold-out campaign: every claim refused by the stock board
 #   hot      embedded, `--sync full`: every claim won, answered after its group commit
-#   hot-norules  the same with the ledger's rules (SQLite migration 0008's triggers) dropped
-#            from the data file before the server starts: hot minus hot-norules is what the
-#            ledger's checks of the guarantees cost per durable win
 #   redis    scale-out (a throwaway redis-server and PostgreSQL database): every claim won; the
 #            seckill process only (redis-server's share: scripts/bench-claims-lua.sh)
 #
@@ -34,7 +31,6 @@ need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
-command -v sqlite3 >/dev/null || need+=(sqlite3)
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing: ${need[*]}"
     if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -107,16 +103,6 @@ for row in $ROWS; do
             start hot serve --listen 127.0.0.1:0 --data "$WORK/data-hot" --admin-token "$TOKEN" --sync full
             campaign hot 1000000000
             measure hot hot ;;
-        hot-norules)
-            # A first start creates and migrates the ledger; the triggers go, the tables stay.
-            start hot-norules serve --listen 127.0.0.1:0 --data "$WORK/data-norules" --admin-token "$TOKEN"
-            kill -INT "$PID"; wait "$PID" 2>/dev/null || true; PID=
-            sqlite3 "$WORK/data-norules/seckill.db" "DROP TRIGGER orders_live_insert; \
-                DROP TRIGGER orders_state_once; DROP TRIGGER orders_live_release; \
-                DROP TRIGGER orders_live_delete;"
-            start hot-norules serve --listen 127.0.0.1:0 --data "$WORK/data-norules" --admin-token "$TOKEN" --sync full
-            campaign hot 1000000000
-            measure hot-norules hot ;;
         redis)
             PG=${BENCH_POSTGRES_ADMIN:-postgres://postgres@127.0.0.1:5432/postgres}
             RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
