@@ -66,3 +66,43 @@ async fn campaigns_spread_over_cluster_slots_all_hold() {
     }
     app.stop().await;
 }
+
+/// A fence a consumer left behind (it fenced a campaign and died) is lifted on a Cluster: the
+/// campaign is rebuilt from the ledger and served again. The consumers looked for fences with
+/// one pipeline across slots, which the cluster client refuses: such a campaign answered 503
+/// for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fence_left_behind_is_lifted_on_a_cluster() {
+    let app = App::spawn(Deploy::Cluster).await;
+    for id in ["cf", "other-1", "other-2", "other-3"] {
+        app.create(json!({"id": id, "stock": 10})).await;
+    }
+    assert_eq!(
+        app.claim("cf", "u1", 1).await.outcome,
+        seckill::domain::Outcome::Won
+    );
+    app.settle().await;
+    let fenced = app.redis.iter().any(|url| {
+        let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+        redis_raw(port, "HSET {c:cf}:meta fenced 1").is_some_and(|r| r.starts_with(':'))
+    });
+    assert!(fenced, "the campaign's master took the fence");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match app.client.claim("cf", "u2", 1, None).await.unwrap() {
+            seckill::bench::client::ClaimReply::Processed(a) => {
+                assert_eq!(a.outcome, seckill::domain::Outcome::Won);
+                break;
+            }
+            other => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the fence was never lifted: {other:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    app.settle().await;
+    assert_eq!(app.client.campaign("cf").await.unwrap().remaining, 8);
+}
