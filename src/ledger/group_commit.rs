@@ -244,12 +244,15 @@ impl Writer {
     }
 
     /// Writes the jobs of the current epoch in one transaction and settles every job.
+    ///
+    /// A job of the current epoch is written even while the writer still reports recovering:
+    /// it was decided on the state re-read at this epoch (the engine swaps its campaigns in
+    /// before it calls [`GroupCommit::recovered`]). Refused as stale, nothing would undo it: its
+    /// unit stayed taken, its Idempotency-Key answered 503 for good, an expiry was lost.
     async fn write(&self, batch: &mut Vec<Job>) {
         let epoch = self.epoch.load(Ordering::Acquire);
-        let recovering = matches!(*self.health.borrow(), WriterHealth::Recovering { .. });
-        let (current, stale): (Vec<Job>, Vec<Job>) = batch
-            .drain(..)
-            .partition(|j| j.epoch == epoch && !recovering);
+        let (current, stale): (Vec<Job>, Vec<Job>) =
+            batch.drain(..).partition(|j| j.epoch == epoch);
         for job in stale {
             let err = CommitError::new(
                 CommitFault::Stale,

@@ -139,3 +139,45 @@ async fn the_sqlite_ledger_refuses_what_the_guarantees_forbid() {
         OrderState::Expired
     );
 }
+
+/// After a contradiction the writer bumps its epoch and reports recovering until the engine
+/// calls `recovered()`; a job decided on the state re-read at the new epoch in between (the
+/// engine has swapped its campaigns in) is written, not refused as stale and left undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_the_reread_state_is_written_before_recovered() {
+    use seckill::ledger::{CommitFault, GroupCommit, WriterHealth};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(SqliteLedger::open(dir.path(), false).await.unwrap());
+    let commit = GroupCommit::spawn(ledger.clone(), 64);
+    let active = OrderState::Active;
+    commit
+        .run(0, vec![campaign("s", Kind::Stock, 5, 5, &[])])
+        .await
+        .unwrap();
+    commit
+        .run(0, vec![order("s-1", "u1", None, active)])
+        .await
+        .unwrap();
+    // The same order id again: the ledger contradicts the engine.
+    let e = commit
+        .run(0, vec![order("s-1", "u2", None, active)])
+        .await
+        .unwrap_err();
+    assert_eq!(e.fault, CommitFault::Diverged);
+    assert!(matches!(commit.health(), WriterHealth::Recovering { .. }));
+    assert_eq!(commit.epoch(), 1);
+    // Decided on the re-read state (epoch 1) before the engine said `recovered`.
+    commit
+        .run(1, vec![order("s-2", "u2", None, active)])
+        .await
+        .expect("a job of the current epoch is written");
+    assert!(ledger.order("s-2").await.unwrap().is_some());
+    // A job of the old state still is not.
+    let stale = commit
+        .run(0, vec![order("s-3", "u3", None, active)])
+        .await
+        .unwrap_err();
+    assert_eq!(stale.fault, CommitFault::Stale);
+    commit.recovered();
+}
