@@ -22,7 +22,9 @@ use crate::ledger::Ledger;
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl ScaleOut {
-    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<Order, Error> {
+    /// Cancels an order; with it, whether the gate decided the cancel (a pending order: the
+    /// ledger learns it through the stream, so only a replica makes it survive a failover).
+    pub(super) async fn cancel_order(&self, order_id: &str) -> Result<(Order, bool), Error> {
         let (campaign, seq) = parse_order_id(order_id)?;
         let order = match self.ledger_order(order_id).await? {
             // Active, confirmed or final in the ledger: Redis is not needed to decide.
@@ -31,11 +33,11 @@ impl ScaleOut {
                 match self.resolve(Resolution::Cancel, campaign, order_id).await? {
                     HoldOutcome::Now(order) => {
                         tracing::info!(order = order_id, qty = order.qty, "order cancelled");
-                        return Ok(order);
+                        return Ok((order, true));
                     }
                     // Cancelled or expired before; a confirmed order is cancelled in the ledger.
                     HoldOutcome::Earlier(order) if order.state != OrderState::Confirmed => {
-                        return Ok(order)
+                        return Ok((order, true))
                     }
                     HoldOutcome::Earlier(_) | HoldOutcome::Overdue(_) | HoldOutcome::NotPending => {
                     }
@@ -49,7 +51,7 @@ impl ScaleOut {
             if order.state == OrderState::Cancelled {
                 self.release(&order).await?;
             }
-            return Ok(order);
+            return Ok((order, false));
         }
         let cancelled = self
             .ledger
@@ -69,7 +71,7 @@ impl ScaleOut {
         }
         self.release(&order).await?;
         tracing::info!(order = order_id, qty = order.qty, "order cancelled");
-        Ok(order)
+        Ok((order, false))
     }
 
     /// The order as the ledger holds it once it is there and not pending: a pending order of

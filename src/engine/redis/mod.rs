@@ -293,8 +293,15 @@ impl Backend for ScaleOut {
         let order_id = order_id.to_owned();
         detached(&self.me, move |me| async move {
             let before = me.before_change();
-            let order = me.cancel_order(&order_id).await;
-            let order = me.replicated("the cancel", before, order).await;
+            let order = match me.cancel_order(&order_id).await {
+                // Decided in Redis: unreplicated, its outcome is unknown (a retry answers it).
+                Ok((order, true)) => me.decided_on_replicas("cancel", before, Ok(order)).await,
+                // Saved in the ledger first: unreplicated, the catch-up applies it again.
+                other => {
+                    let order = other.map(|(o, _)| o);
+                    me.replicated("the cancel", before, order).await
+                }
+            };
             if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {
                 me.behind.note(campaign, &order);
             }
@@ -310,7 +317,7 @@ impl Backend for ScaleOut {
         detached(&self.me, move |me| async move {
             let before = me.before_change();
             let order = me.confirm_order(&order_id).await;
-            let order = me.confirmed_on_replicas(before, order).await;
+            let order = me.decided_on_replicas("confirm", before, order).await;
             if let Err(Error::Conflict(_)) = &order {
                 // Perhaps expired on the spot: its units are back on sale.
                 if let Ok((campaign, _)) = crate::domain::parse_order_id(&order_id) {

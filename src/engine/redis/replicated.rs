@@ -45,14 +45,15 @@ impl ScaleOut {
         Ok(value)
     }
 
-    /// A confirm's 200, once `--redis-wait-replicas` replicas have it. A confirm is decided in
-    /// Redis and reaches the ledger through the stream; answered before a replica had it, a
-    /// failover could lose it while the payment was captured on the 200, and the new primary
-    /// would expire the order and sell its unit again. Unconfirmed, the answer is the
-    /// outcome-unknown 503: the confirm is idempotent, and a retry answers what became of it
-    /// (confirmed, or 409 if it was lost and the order expired meanwhile).
-    pub(super) async fn confirmed_on_replicas(
+    /// The 200 of a resolution the gate decided (a confirm, the cancel of a pending order),
+    /// once `--redis-wait-replicas` replicas have it. It reaches the ledger only through the
+    /// stream; answered before a replica had it, a failover could lose it — a payment captured
+    /// on a confirm's 200 while the new primary expires the order and sells its unit again.
+    /// Unconfirmed, the answer is the outcome-unknown 503: both are idempotent, and a retry
+    /// answers what became of it.
+    pub(super) async fn decided_on_replicas(
         &self,
+        what: &'static str,
         before: Option<Health>,
         result: Result<Order, Error>,
     ) -> Result<Order, Error> {
@@ -62,8 +63,8 @@ impl ScaleOut {
         let order = result?;
         wait.confirm(&self.redis, before).await.map_err(|e| {
             Error::OutcomeUnknown(format!(
-                "the confirm of order '{}' is not on a Redis replica yet ({e:#}); it may or may \
-                 not survive a failover: retry the confirm, it answers the order's state",
+                "the {what} of order '{}' is not on a Redis replica yet ({e:#}); it may or may \
+                 not survive a failover: retry the {what}, it answers the order's state",
                 order.order_id
             ))
         })?;

@@ -4,7 +4,8 @@
 //! had it: each claim answered 503 "outcome unknown" while the stock drained (90 → 50 for 40
 //! claims), and a confirm answered 200 without waiting at all, so a failover could lose it
 //! after the payment was captured. Now a batch checks the replicas in the same atomic step
-//! and changes nothing without them, and a confirm is answered 200 only once a replica has it.
+//! and changes nothing without them, and a confirm (or the cancel of a pending order, also
+//! decided in Redis) is answered 200 only once a replica has it.
 
 use std::time::{Duration, Instant};
 
@@ -30,10 +31,19 @@ fn replicas_of(port: u16) -> String {
     redis_raw(port, "INFO replication").unwrap_or_default()
 }
 
+/// Waits (on a busy machine, for a while) until the primary lists its replica as online.
+async fn replica_online(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !replicas_of(port).contains("state=online") {
+        assert!(Instant::now() < deadline, "the replica never came online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_replica_nothing_is_sold_or_confirmed() {
     let mut redis = SentinelSetup::start();
-    redis.wait_replicated();
+    replica_online(redis.primary.port).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
     cfg.scale.redis = vec![redis.sentinel_url()];
@@ -49,8 +59,12 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
         ClaimReply::Processed(a) if a.outcome == Outcome::Won => a.order_id.unwrap(),
         other => panic!("{other:?} {}", replicas_of(redis.primary.port)),
     };
+    let doomed = match c.claim("w", "second", 1, None).await.unwrap() {
+        ClaimReply::Processed(a) if a.outcome == Outcome::Won => a.order_id.unwrap(),
+        other => panic!("{other:?}"),
+    };
     settle_url(&c).await;
-    redis.wait_replicated();
+    replica_online(redis.primary.port).await;
 
     tokio::task::block_in_place(|| redis.replica.kill_9());
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -73,8 +87,20 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
     }
     assert_eq!(
         c.campaign("w").await.unwrap().remaining,
-        89,
+        88,
         "refused claims take no stock"
+    );
+    // The cancel of a pending order is decided in Redis too: not "saved in the ledger".
+    let (s, body) = c
+        .admin(Method::POST, &format!("/v1/orders/{doomed}/cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(s.as_u16(), 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("retry the cancel")),
+        "{body}"
     );
     let (s, body) = confirm(&c, &held).await;
     assert_eq!(
@@ -91,7 +117,9 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
     tokio::task::block_in_place(|| redis.replica.start_again());
     let deadline = Instant::now() + Duration::from_secs(30);
     let won = loop {
-        match c.claim("w", "after", 1, None).await.unwrap() {
+        // Keyed: a first try whose WAIT timed out while the replica resynced is learned by
+        // the retry.
+        match c.claim("w", "after", 1, Some("after-1")).await.unwrap() {
             ClaimReply::Processed(a) => break a,
             other => {
                 assert!(Instant::now() < deadline, "never served again: {other:?}");
@@ -104,6 +132,15 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
     assert_eq!(
         (s, body["state"].as_str()),
         (200, Some("confirmed")),
+        "{body}"
+    );
+    let (s, body) = c
+        .admin(Method::POST, &format!("/v1/orders/{doomed}/cancel"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.as_u16(), body["state"].as_str()),
+        (200, Some("cancelled")),
         "{body}"
     );
     settle_url(&c).await;
