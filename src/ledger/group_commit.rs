@@ -194,8 +194,18 @@ impl GroupCommit {
     }
 
     /// The engine's state was re-read at the current epoch: acknowledge again.
-    pub fn recovered(&self) {
-        self.recovered.send_replace(WriterHealth::Writable);
+    /// `epoch` is the one the state was re-read at: if the writer failed again since (a batch
+    /// of the re-read state failed before this call), it stays recovering and the engine
+    /// re-reads once more, instead of acknowledging with cells whose jobs are all stale.
+    pub fn recovered(&self, epoch: u64) {
+        let current = &self.epoch;
+        self.recovered.send_if_modified(|h| {
+            if current.load(Ordering::Acquire) != epoch {
+                return false;
+            }
+            *h = WriterHealth::Writable;
+            true
+        });
     }
 
     pub fn stats(&self) -> &CommitStats {

@@ -281,6 +281,16 @@ impl PgLedger {
         at: DateTime<Utc>,
     ) -> anyhow::Result<Option<Order>> {
         let mut tx = self.pool.begin().await?;
+        // The campaign's row before the order's, as the pipeline takes them: the ledger's
+        // rules (migration 0007) update the campaign's live units after the order, and the
+        // other order deadlocked with a pipeline batch replaying this order.
+        sqlx::query(
+            "SELECT 1 FROM campaigns WHERE id = (SELECT campaign_id FROM orders WHERE order_id = $1) \
+             FOR NO KEY UPDATE",
+        )
+        .bind(order_id)
+        .execute(&mut *tx)
+        .await?;
         let row: Option<OrderRow> = sqlx::query_as(&format!(
             "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
              WHERE order_id = $2 AND state IN ('active', 'confirmed') RETURNING {ORDER_COLUMNS}"

@@ -62,7 +62,7 @@ pub struct Consumer {
     /// The Redis link when this step started reading (`--redis-wait-replicas`).
     read_on: Option<Health>,
     /// Entries the ledger refused while older ones of their campaign were unhandled, since when
-    /// (`rules`): past twice `reclaim_after` a refusal is recorded, whatever is still older.
+    /// (`rules`): past a bound a refusal is recorded, whatever is still older.
     deferred_since: HashMap<(String, String), Instant>,
     /// Orders per stream entry in the last read (a batch entry of `claims.lua` holds many),
     /// so that a step reads about `--pipeline-batch` orders, not as many batch entries.
@@ -172,11 +172,14 @@ impl Consumer {
             reclaimed = self.reclaim_step().await?;
         }
         let mut entries = Vec::new();
-        // Own unacknowledged entries first when asked; if there are none, new ones at once.
+        // Own unacknowledged entries first when asked, then new ones in the room left: an
+        // entry that waits for an older one (`rules`) stays this consumer's own, and must not
+        // keep it from every other campaign's new orders.
         for own in [true, false] {
             if own && !self.recheck_own {
                 continue;
             }
+            let before = entries.len();
             for id in self.campaigns.clone() {
                 let room = self.opts.batch.saturating_sub(entries.len());
                 if room == 0 {
@@ -191,10 +194,9 @@ impl Consumer {
                     }
                 }
             }
-            if !entries.is_empty() {
-                break;
+            if own && entries.len() == before {
+                self.recheck_own = false;
             }
-            self.recheck_own = false;
         }
         let step = self.process(entries, None).await;
         if step.is_err() {

@@ -179,5 +179,6 @@ async fn a_job_of_the_reread_state_is_written_before_recovered() {
         .await
         .unwrap_err();
     assert_eq!(stale.fault, CommitFault::Stale);
-    commit.recovered();
+    commit.recovered(1);
+    assert!(matches!(commit.health(), WriterHealth::Writable));
 }

@@ -134,17 +134,18 @@ impl Embedded {
         let started = std::time::Instant::now();
         let _no_creates = self.create.lock().await;
         self.ledger.reopen_writer().await;
+        let epoch = self.commit.epoch();
         let cells = recover::load_cells(
             &*self.ledger,
             &self.board,
             self.idempotency_ttl,
             self.idem_limits,
-            self.commit.epoch(),
+            epoch,
         )
         .await?;
         let n = cells.len();
         *self.campaigns.write() = cells;
-        self.commit.recovered();
+        self.commit.recovered(epoch);
         if let Err(e) = self.sweep().await {
             tracing::warn!(error = %e, "expiring overdue pending orders after the re-read failed; the sweeper retries");
         }

@@ -37,6 +37,12 @@ impl Behind {
         }
     }
 
+    /// Remembers `campaign` to be levelled with the ledger (after Redis came back from an
+    /// older snapshot its restocks, status or cancels may be missing).
+    pub fn add(&self, campaign: String) {
+        self.0.lock().insert(campaign);
+    }
+
     fn snapshot(&self) -> Vec<String> {
         self.0.lock().iter().cloned().collect()
     }

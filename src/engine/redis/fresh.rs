@@ -163,7 +163,9 @@ impl ScaleOut {
             .sum::<anyhow::Result<usize>>()?;
         // The campaigns left in service take the admin changes the ledger has and a gate from
         // an old snapshot may not: restocks, status, releases of cancelled orders (each
-        // idempotent; before, they waited for a restart while units stayed unsold).
+        // idempotent; before, they waited for a restart while units stayed unsold). The
+        // catch-up task does it in the background, retrying each campaign until it succeeds:
+        // claims need not wait for it, and one campaign that fails holds up no other.
         let mut level: Vec<String> = level.into_iter().map(|(id, ..)| id).collect();
         let with_orders: std::collections::HashSet<&str> =
             high.iter().map(|(id, _)| id.as_str()).collect();
@@ -175,17 +177,9 @@ impl ScaleOut {
             .filter(|id| !with_orders.contains(id.as_str()))
             .collect();
         level.extend(unnumbered);
-        futures::stream::iter(level)
-            .map(|id| async move {
-                self.reconcile(&id)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("levelling campaign {id} with the ledger: {e}"))
-            })
-            .buffer_unordered(REBUILDS_AT_ONCE)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<anyhow::Result<Vec<()>>>()?;
+        for id in level {
+            self.behind.add(id);
+        }
         Ok(Checked {
             campaigns: high.len(),
             rebuilt,

@@ -201,6 +201,22 @@ impl Scripts {
     }
 }
 
+/// The answer to a confirm or hold cancel whose script call failed: "nothing was changed" only
+/// when it surely did not run; else it may have, and the caller retries (both are idempotent
+/// and answer the order's state).
+fn resolve_failed(confirm: bool, order_id: &str) -> impl Fn(redis::RedisError) -> Error + '_ {
+    move |e| {
+        if super::link::surely_not_executed(&e) {
+            return Error::unavailable("Redis did not answer; nothing was changed", e);
+        }
+        let what = if confirm { "confirm" } else { "cancel" };
+        Error::OutcomeUnknown(format!(
+            "the {what} of order '{order_id}' may or may not have been applied ({e}): retry \
+             the {what}, it answers the order's state"
+        ))
+    }
+}
+
 impl ScaleOut {
     /// Asks the gate to resolve a pending order; rebuilds a campaign Redis lost once.
     pub(super) async fn resolve(
@@ -211,11 +227,13 @@ impl ScaleOut {
     ) -> Result<HoldOutcome, Error> {
         let confirm = matches!(what, Resolution::Confirm);
         for attempt in 0..2 {
+            // Gated like claims: a Redis not yet checked against the ledger (back from an old
+            // snapshot) must not resolve what the ledger may already hold resolved.
             let (tag, value) = self
                 .scripts
-                .resolve_hold(&mut self.conn(), confirm, campaign, order_id)
+                .resolve_hold(&mut self.conn().gated(), confirm, campaign, order_id)
                 .await
-                .map_err(redis_failed("Redis did not answer; nothing was changed"))?;
+                .map_err(resolve_failed(confirm, order_id))?;
             let order = || {
                 order_of_record(order_id, &value).ok_or_else(|| {
                     Error::unavailable("the gate's record of the order is malformed", order_id)
@@ -303,9 +321,11 @@ impl ScaleOut {
         let mut pending = std::collections::HashMap::with_capacity(ids.len());
         for id in ids {
             loop {
+                // Gated: a Redis back from an old snapshot expires nothing before it was
+                // checked against the ledger (it may hold pending what the ledger confirmed).
                 let e = self
                     .scripts
-                    .expire_due(&mut self.conn(), &id, MAX_EXPIRE_BATCH)
+                    .expire_due(&mut self.conn().gated(), &id, MAX_EXPIRE_BATCH)
                     .await
                     .map_err(redis_failed(failed))?;
                 if e.expired.is_some() {

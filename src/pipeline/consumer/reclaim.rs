@@ -65,7 +65,7 @@ impl Consumer {
 
     /// The lease's TTL: a few reclaim intervals, at least 2 s (a busy machine can stall a
     /// process for a second without it losing the lease).
-    fn reclaim_ttl(&self) -> Duration {
+    pub(super) fn reclaim_ttl(&self) -> Duration {
         (self.reclaim_every() * 4).max(Duration::from_secs(2))
     }
 

@@ -12,8 +12,9 @@
 //! later order took. So an order the ledger refuses while an older entry of its campaign's
 //! stream is still unhandled is deferred: it stays unacknowledged and is tried again after
 //! the older one. Only a refusal with nothing older left (tried once more, as what was older
-//! may have committed after the refusal), or one deferred for twice `--reclaim-after-ms` (an
-//! older entry that never gets handled must not hold the campaign for ever), is recorded.
+//! may have committed after the refusal), or one deferred for twice the longest a dead
+//! consumer's entries take to be reclaimed (an older entry that never gets handled must not
+//! hold the campaign for ever), is recorded.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -53,12 +54,15 @@ impl Consumer {
             .all(|s| handled.contains(&(entry.campaign_id.clone(), s.id.clone()))))
     }
 
-    /// Whether `entry` has been deferred for longer than twice `reclaim_after` (its clock
-    /// starts now if it was not deferred before).
+    /// Whether `entry` has been deferred for longer than an older entry held by a dead
+    /// consumer can take to be handled, twice over: idle for `reclaim_after`, the reclaim
+    /// lease of a dead holder expired, taken and used by another (its clock starts now if it
+    /// was not deferred before).
     pub(super) fn deferred_too_long(&mut self, entry: &Entry) -> bool {
         let key = (entry.campaign_id.clone(), entry.stream_id.clone());
         let since = *self.deferred_since.entry(key).or_insert_with(Instant::now);
-        since.elapsed() > self.opts.reclaim_after * 2
+        let worst = self.opts.reclaim_after + self.reclaim_ttl() + self.reclaim_every() * 2;
+        since.elapsed() > worst * 2
     }
 
     /// Records an order the ledger refused for `rule` and fences its campaign.
