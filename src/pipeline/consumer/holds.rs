@@ -5,7 +5,9 @@
 //! disagree. That is never resolved by guessing: the row stays as it is, the entry is recorded
 //! in `failed_orders` with both states in its reason and logged as an error, and it is
 //! acknowledged like a poison entry, so the stream keeps moving. Nothing is given back in
-//! Redis: what the transition settled there was settled when Redis decided it.
+//! Redis: what the transition settled there was settled when Redis decided it. The campaign is
+//! fenced and rebuilt from the ledger once its stream is drained: the arbiter lost state (an
+//! expiry of a confirmed order gave its unit and code back to be sold again).
 
 use super::Consumer;
 use crate::domain::now;
@@ -31,6 +33,10 @@ impl Consumer {
                 "a transition contradicts the ledger: recorded in failed_orders, row unchanged"
             );
             super::refused_metric("contradiction");
+            self.scripts
+                .fence(&mut self.conn, &entry.campaign_id, false)
+                .await?;
+            self.fenced.insert(entry.campaign_id.clone());
             self.ledger
                 .record_failed(&FailedOrder {
                     stream_id: entry.stream_id.clone(),
