@@ -9,6 +9,7 @@ mod claim;
 mod error;
 mod limits;
 mod order;
+mod refused;
 mod validate;
 
 pub use admin_key::AdminKey;
@@ -20,6 +21,7 @@ pub use claim::{ClaimAnswer, ClaimRequest, IdempotencyKey, Outcome};
 pub use error::Error;
 pub use limits::{CampaignLimits, Rate, MAX_RATE_COUNT};
 pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
+pub use refused::{RefusedOrder, RefusedOrders};
 pub use validate::{validate_campaign_id, validate_user_id};
 
 /// The current time, truncated to the microseconds every ledger stores, so an answer built

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use crate::domain::{
     AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
-    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
+    NewCampaign, Order, OrderPage, OrderQuery, RefusedOrders, Restock, Status,
 };
 use crate::guard::rate::RateLimiter;
 use crate::guard::soldout::StockBoard;
@@ -59,6 +59,15 @@ pub trait Backend: Send + Sync + 'static {
     async fn order(&self, order_id: &str) -> Result<Order, Error>;
 
     async fn orders(&self, campaign_id: &str, query: OrderQuery) -> Result<OrderPage, Error>;
+
+    /// Wins of the campaign the ledger did not take, oldest first (`domain::refused`). The
+    /// embedded deployment records none.
+    async fn refused_orders(&self, campaign_id: &str) -> Result<RefusedOrders, Error> {
+        self.campaign(campaign_id).await?;
+        Ok(RefusedOrders {
+            refused: Vec::new(),
+        })
+    }
 
     /// Cancels an order, giving its units, codes and allowance back. Cancelling twice returns
     /// the same cancelled order.

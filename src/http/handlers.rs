@@ -9,7 +9,7 @@ use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
 use super::AppState;
 use crate::domain::{
     AdminKey, CampaignView, Error, NewCampaign, NewCampaignBody, Order, OrderPage, OrderQuery,
-    Restock, RestockBody, Status,
+    RefusedOrders, Restock, RestockBody, Status,
 };
 
 /// The optional `Idempotency-Key` of an admin write.
@@ -236,6 +236,26 @@ pub async fn list_orders(
     QueryArg(query): QueryArg<OrderQuery>,
 ) -> Answer<OrderPage> {
     Ok(Json(app.backend.orders(&id, query).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/campaigns/{id}/refused-orders",
+    operation_id = "list_refused_orders",
+    tag = "orders",
+    security(("admin_token" = [])),
+    params(("id" = String, Path, description = CAMPAIGN_ID)),
+    responses(
+        (status = 200, description = "Wins the ledger did not take, oldest first (at most 1000): the buyers told `won` whose order does not exist. Scale-out only; the embedded deployment lists none.", body = RefusedOrders),
+        (status = 404, description = "No such campaign.", body = ErrorBody),
+    ),
+)]
+pub async fn refused_orders(
+    _: Admin,
+    State(app): State<AppState>,
+    PathArg(id): PathArg<String>,
+) -> Answer<RefusedOrders> {
+    Ok(Json(app.backend.refused_orders(&id).await?))
 }
 
 /// Cancel is idempotent by itself (a retry returns the cancelled order with its units back),

@@ -162,6 +162,7 @@ pub fn routers(
         .route("/v1/campaigns/{id}/resume", post(resume))
         .route("/v1/campaigns/{id}/close", post(close))
         .route("/v1/campaigns/{id}/orders", get(list_orders))
+        .route("/v1/campaigns/{id}/refused-orders", get(refused_orders))
         .route(
             "/v1/campaigns/{id}/limits",
             get(guarded::get_limits).put(guarded::put_limits),

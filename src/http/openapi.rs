@@ -26,7 +26,7 @@ use super::{claim, guarded, locks};
 use super::{dashboard, handlers};
 use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Kind, NewCampaignBody, Order,
-    OrderPage, OrderState, Outcome, RestockBody, Status,
+    OrderPage, OrderState, Outcome, RefusedOrder, RefusedOrders, RestockBody, Status,
 };
 
 /// Name of the admin bearer security scheme in the document (the `security` of admin routes
@@ -53,6 +53,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         handlers::resume,
         handlers::close,
         handlers::list_orders,
+        handlers::refused_orders,
         guarded::get_limits,
         guarded::put_limits,
         handlers::get_order,
@@ -74,6 +75,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
     components(schemas(
         ErrorBody, ErrorDetail, ErrorCode, Outcome, Kind, Status, OrderState, ClaimRequest,
         ClaimAnswer, NewCampaignBody, RestockBody, CampaignView, Order, OrderPage,
+        RefusedOrder, RefusedOrders,
         CampaignLimits, Health, HealthStatus, locks::AcquireBody, locks::ExtendBody,
         locks::ReleaseBody, locks::Acquired, locks::Granted, locks::Held, locks::Released,
     )),

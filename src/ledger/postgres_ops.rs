@@ -352,6 +352,32 @@ impl PgLedger {
         Ok(())
     }
 
+    /// The wins of a campaign the ledger did not take, oldest first (at most
+    /// [`RefusedOrders::MAX`](crate::domain::RefusedOrders::MAX)).
+    pub async fn refused_orders(
+        &self,
+        id: &str,
+    ) -> anyhow::Result<Vec<crate::domain::RefusedOrder>> {
+        let rows = sqlx::query(
+            "SELECT order_id, reason, at, payload FROM failed_orders WHERE campaign_id = $1 \
+             ORDER BY at, stream_id LIMIT $2",
+        )
+        .bind(id)
+        .bind(crate::domain::RefusedOrders::MAX)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(crate::domain::RefusedOrder {
+                    order_id: r.get(0),
+                    reason: r.get(1),
+                    at: super::rows::time(r.get(2))?,
+                    entry: r.get(3),
+                })
+            })
+            .collect()
+    }
+
     /// The poison entries recorded for a campaign, as (order id, reason).
     pub async fn failed_orders(&self, id: &str) -> anyhow::Result<Vec<(Option<String>, String)>> {
         let rows = sqlx::query(

@@ -59,7 +59,7 @@ pub use stock::StockKeeper;
 
 use crate::domain::{
     AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
-    NewCampaign, Order, OrderPage, OrderQuery, Restock, Status,
+    NewCampaign, Order, OrderPage, OrderQuery, RefusedOrders, Restock, Status,
 };
 use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
@@ -287,6 +287,16 @@ impl Backend for ScaleOut {
     async fn orders(&self, campaign_id: &str, query: OrderQuery) -> Result<OrderPage, Error> {
         self.campaign(campaign_id).await?;
         crate::ledger::order_page(&*self.ledger, campaign_id, &query).await
+    }
+
+    async fn refused_orders(&self, campaign_id: &str) -> Result<RefusedOrders, Error> {
+        self.campaign(campaign_id).await?;
+        let refused = self
+            .ledger
+            .refused_orders(campaign_id)
+            .await
+            .map_err(|e| Error::unavailable("reading the refused orders failed", e))?;
+        Ok(RefusedOrders { refused })
     }
 
     async fn cancel(&self, order_id: &str) -> Result<Order, Error> {
