@@ -48,11 +48,12 @@ pub struct Checked {
 }
 
 impl ScaleOut {
-    /// Those of `ids` whose gate holds a pending order the ledger has already resolved.
+    /// Those of `ids` whose gate held (when read) pending orders the ledger has already
+    /// resolved, with those orders.
     async fn resolved_in_ledger(
         &self,
         ids: &[String],
-    ) -> anyhow::Result<std::collections::HashSet<String>> {
+    ) -> anyhow::Result<std::collections::HashMap<String, Vec<String>>> {
         if ids.is_empty() {
             return Ok(Default::default());
         }
@@ -62,12 +63,16 @@ impl ScaleOut {
         }
         let held: Vec<Vec<String>> = pipe.query_async(&mut self.conn()).await?;
         let pending: Vec<String> = held.into_iter().flatten().collect();
-        let resolved = self.ledger.resolved_among(&pending).await?;
-        Ok(resolved
-            .iter()
-            .filter_map(|o| crate::domain::parse_order_id(o).ok())
-            .map(|(campaign, _)| campaign.to_owned())
-            .collect())
+        let mut by_campaign: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for order in self.ledger.resolved_among(&pending).await? {
+            if let Ok((campaign, _)) = crate::domain::parse_order_id(&order) {
+                by_campaign
+                    .entry(campaign.to_owned())
+                    .or_default()
+                    .push(order);
+            }
+        }
+        Ok(by_campaign)
     }
 }
 
@@ -110,21 +115,24 @@ impl ScaleOut {
         let resolved = self.resolved_in_ledger(&ids).await?;
         let (forced, level): (Vec<_>, Vec<_>) = level
             .into_iter()
-            .partition(|(id, ..)| resolved.contains(id));
+            .partition(|(id, ..)| resolved.contains_key(id));
         behind.extend(forced.into_iter().map(|(id, l, s, _)| (id, l, s, true)));
         let drop = Script::new(include_str!("lua/drop_stale.lua"));
         // Several at once: claims wait for all of them.
         let rebuilt = futures::stream::iter(behind)
             .map(|(id, ledger_seq, seq, force)| {
                 let (drop, mut conn) = (&drop, self.conn());
+                let orders = resolved.get(&id).cloned().unwrap_or_default();
                 async move {
                     let k = Keys::new(&id);
                     let dropped: i64 = drop
                         .key(k.meta())
                         .key(k.seq())
                         .key(k.orders())
+                        .key(k.held())
                         .arg(ledger_seq)
                         .arg(if force { "1" } else { "0" })
+                        .arg(orders)
                         .invoke_async(&mut conn)
                         .await?;
                     match dropped {

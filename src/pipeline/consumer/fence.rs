@@ -48,6 +48,33 @@ impl Consumer {
         Ok(())
     }
 
+    /// Fences `entry`'s campaign until it is rebuilt from the ledger and records the order
+    /// `order_id` it carried in `failed_orders` (the gate and the ledger disagree about it).
+    pub(super) async fn fence_and_record(
+        &mut self,
+        entry: &Entry,
+        order_id: &str,
+        reason: String,
+        metric: &'static str,
+    ) -> anyhow::Result<()> {
+        self.scripts
+            .fence(&mut self.conn, &entry.campaign_id, false)
+            .await?;
+        self.fenced.insert(entry.campaign_id.clone());
+        self.ledger
+            .record_failed(&FailedOrder {
+                stream_id: entry.stream_id.clone(),
+                campaign_id: entry.campaign_id.clone(),
+                order_id: Some(order_id.to_owned()),
+                payload: entry.payload(),
+                reason,
+                at: now(),
+            })
+            .await?;
+        super::refused_metric(metric);
+        Ok(())
+    }
+
     /// Rebuilds from the ledger every fenced campaign whose stream is drained (which lifts its
     /// fence).
     pub(super) async fn rebuild_fenced(&mut self) -> anyhow::Result<()> {

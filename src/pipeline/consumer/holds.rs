@@ -10,8 +10,7 @@
 //! expiry of a confirmed order gave its unit and code back to be sold again).
 
 use super::Consumer;
-use crate::domain::now;
-use crate::ledger::{FailedOrder, PipelineWrite};
+use crate::ledger::PipelineWrite;
 use crate::pipeline::entry::Entry;
 
 impl Consumer {
@@ -32,20 +31,7 @@ impl Consumer {
                 reason,
                 "a transition contradicts the ledger: recorded in failed_orders, row unchanged"
             );
-            super::refused_metric("contradiction");
-            self.scripts
-                .fence(&mut self.conn, &entry.campaign_id, false)
-                .await?;
-            self.fenced.insert(entry.campaign_id.clone());
-            self.ledger
-                .record_failed(&FailedOrder {
-                    stream_id: entry.stream_id.clone(),
-                    campaign_id: entry.campaign_id.clone(),
-                    order_id: Some(order.order_id.clone()),
-                    payload: entry.payload(),
-                    reason: reason.clone(),
-                    at: now(),
-                })
+            self.fence_and_record(entry, &order.order_id, reason.clone(), "contradiction")
                 .await?;
         }
         Ok(())

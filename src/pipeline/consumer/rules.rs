@@ -20,9 +20,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use super::Consumer;
-use crate::domain::now;
 use crate::engine::redis::Keys;
-use crate::ledger::{FailedOrder, PipelineWrite};
+use crate::ledger::PipelineWrite;
 use crate::pipeline::entry::Entry;
 
 /// Stream entries as (campaign, stream id).
@@ -74,23 +73,10 @@ impl Consumer {
         why: &anyhow::Error,
     ) -> anyhow::Result<()> {
         let order = write.order();
-        self.scripts
-            .fence(&mut self.conn, &entry.campaign_id, false)
+        let reason =
+            format!("the ledger refused it ({rule}): the gate and the ledger disagree: {why:#}");
+        self.fence_and_record(entry, &order.order_id, reason, "ledger_rule")
             .await?;
-        self.fenced.insert(entry.campaign_id.clone());
-        self.ledger
-            .record_failed(&FailedOrder {
-                stream_id: entry.stream_id.clone(),
-                campaign_id: entry.campaign_id.clone(),
-                order_id: Some(order.order_id.clone()),
-                payload: entry.payload(),
-                reason: format!(
-                    "the ledger refused it ({rule}): the gate and the ledger disagree: {why:#}"
-                ),
-                at: now(),
-            })
-            .await?;
-        super::refused_metric("ledger_rule");
         tracing::error!(
             campaign = %entry.campaign_id,
             order = %order.order_id,
