@@ -24,7 +24,7 @@
 //! drained its gate is rebuilt from the ledger and claims resume. Any consumer finishes a
 //! fence another one left (it crashed), so a fence never outlives the pipeline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,8 @@ use redis::streams::{StreamId, StreamReadReply};
 
 use super::entry::Entry;
 use super::PipelineOptions;
-use crate::domain::now;
 use crate::engine::redis::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
-use crate::ledger::invariants::refused_rule;
-use crate::ledger::{is_data_error, FailedOrder, PgLedger, PipelineOutcome, PipelineWrite};
+use crate::ledger::{is_data_error, PgLedger, PipelineOutcome, PipelineWrite};
 
 /// What one step did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +75,8 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
 
 mod fence;
 mod holds;
+mod isolate;
+mod poison;
 mod reclaim;
 mod rules;
 
@@ -262,10 +262,7 @@ impl Consumer {
                     // What it holds cannot be read, so nothing can be given back one by one:
                     // the campaign is rebuilt from the ledger once its stream is drained, which
                     // gives back whatever the entry's orders took.
-                    self.scripts
-                        .fence(&mut self.conn, &e.campaign_id, false)
-                        .await?;
-                    self.fenced.insert(e.campaign_id.clone());
+                    self.fence_campaign(&e.campaign_id).await?;
                     step.poisoned += 1;
                     poisoned.push(e);
                 }
@@ -300,78 +297,16 @@ impl Consumer {
                 panic!("test hook: the pipeline dies between commit and acknowledgement")
             }
             Ok(out) => {
-                let refused = self.refused(&good, &writes, &out).await?;
-                step.persisted += good.len() - refused;
-                step.poisoned += refused;
+                self.applied(&good, &writes, &out, &mut step).await?;
                 self.deferred_since.clear();
             }
             Err(e) if is_data_error(&e) => {
-                // Somewhere in the batch is an entry PostgreSQL refuses: find it alone, in
-                // stream order. The same checks as a batch: a different order under an id is
-                // the gate's lost state, a contradicting transition is recorded, never absorbed.
-                // Acknowledged below, all together (the orders of one batch entry are
-                // acknowledged as one): cut short, the pass is redone, and what it wrote is a
-                // harmless replay. An order refused for a guarantee waits for the older
-                // entries of its campaign (`rules`), and so does the rest of its campaign.
-                let mut handled = rules::Handled::new();
-                let mut deferred: HashSet<String> = HashSet::new();
-                let mut unacked: HashSet<(String, String)> = HashSet::new();
-                for (i, (entry, write)) in good.iter().zip(&writes).enumerate() {
-                    let key = (entry.campaign_id.clone(), entry.stream_id.clone());
-                    if deferred.contains(&entry.campaign_id) {
-                        unacked.insert(key);
-                        continue;
-                    }
-                    let one = std::slice::from_ref(write);
-                    match self.ledger.apply_pipeline(one, fence).await {
-                        Ok(out) => {
-                            let refused = self.refused(&good[i..=i], &writes[i..=i], &out).await?;
-                            step.persisted += 1 - refused;
-                            step.poisoned += refused;
-                        }
-                        Err(e) => match refused_rule(&e) {
-                            Some(rule)
-                                if !self.nothing_older(entry, &handled).await?
-                                    && !self.deferred_too_long(entry) =>
-                            {
-                                tracing::info!(campaign = %entry.campaign_id, order = %write.order().order_id, rule, "the ledger refuses an order while older entries of its campaign are unhandled; it waits for them");
-                                deferred.insert(entry.campaign_id.clone());
-                                unacked.insert(key);
-                                continue;
-                            }
-                            Some(rule) => {
-                                // Nothing older is left now; what was older may have committed
-                                // after the refusal, so the write is tried once more first.
-                                match self.ledger.apply_pipeline(one, fence).await {
-                                    Ok(out) => {
-                                        let refused = self
-                                            .refused(&good[i..=i], &writes[i..=i], &out)
-                                            .await?;
-                                        step.persisted += 1 - refused;
-                                        step.poisoned += refused;
-                                    }
-                                    Err(again) if refused_rule(&again).is_some() => {
-                                        self.refused_by_rule(entry, write, rule, &again).await?;
-                                        step.poisoned += 1;
-                                    }
-                                    Err(again) => return Err(again),
-                                }
-                            }
-                            None if is_data_error(&e) => {
-                                self.poison(entry, Some(write), &format!("{e:#}")).await?;
-                                step.poisoned += 1;
-                            }
-                            None => return Err(e),
-                        },
-                    }
-                    handled.insert(key);
-                }
-                self.deferred_since.retain(|k, _| unacked.contains(k));
-                if !deferred.is_empty() {
-                    // What was handled is acknowledged; the deferred entries stay with this
-                    // consumer and are read again first, after a pause.
+                // Somewhere in the batch is an entry PostgreSQL refuses: find it alone
+                // (`isolate`). Entries that wait for older ones of their campaign stay with this
+                // consumer and are read again first, after a pause; the rest is acknowledged.
+                if let Some(waiting) = self.isolate(&good, &writes, fence, &mut step).await? {
                     let done = |e: &&Entry| {
-                        !unacked.contains(&(e.campaign_id.clone(), e.stream_id.clone()))
+                        !waiting.contains(&(e.campaign_id.clone(), e.stream_id.clone()))
                     };
                     self.ack(good.iter().filter(done).chain(poisoned.iter().filter(done)))
                         .await?;
@@ -387,6 +322,20 @@ impl Consumer {
         // Every order of these entries is in the ledger or recorded as poison.
         self.ack(good.iter().chain(&poisoned)).await?;
         Ok(step)
+    }
+
+    /// Counts what a committed batch of `good` did into `step`, handling what it refused.
+    async fn applied(
+        &mut self,
+        good: &[Entry],
+        writes: &[PipelineWrite],
+        out: &PipelineOutcome,
+        step: &mut Step,
+    ) -> anyhow::Result<()> {
+        let refused = self.refused(good, writes, out).await?;
+        step.persisted += good.len() - refused;
+        step.poisoned += refused;
+        Ok(())
     }
 
     /// Handles what a committed batch refused (reissued order ids, contradicting transitions);
@@ -422,45 +371,6 @@ impl Consumer {
         }
         for (campaign, ids) in by_campaign {
             self.scripts.ack(&mut self.conn, campaign, &ids).await?;
-        }
-        Ok(())
-    }
-
-    /// Records an entry that can never be persisted and gives a new order's units back (a
-    /// transition's were settled in Redis when it was decided; `release.lua` gives an order
-    /// back at most once, so a pass redone after a crash changes nothing). The caller
-    /// acknowledges it.
-    async fn poison(
-        &mut self,
-        entry: &Entry,
-        write: Option<&PipelineWrite>,
-        reason: &str,
-    ) -> anyhow::Result<()> {
-        let order = write.map(PipelineWrite::order);
-        tracing::error!(campaign = %entry.campaign_id, stream_id = %entry.stream_id, order = ?order.map(|o| &o.order_id), reason, "poison order: compensating and recording it");
-        refused_metric("poison");
-        self.ledger
-            .record_failed(&FailedOrder {
-                stream_id: entry.stream_id.clone(),
-                campaign_id: entry.campaign_id.clone(),
-                order_id: order.map(|o| o.order_id.clone()),
-                payload: entry.payload(),
-                reason: reason.to_owned(),
-                at: now(),
-            })
-            .await?;
-        if let Some(PipelineWrite::Order(o)) = write {
-            let codes = o.codes.clone().unwrap_or_default();
-            self.scripts
-                .release(
-                    &mut self.conn,
-                    &o.campaign_id,
-                    &o.order_id,
-                    &o.user_id,
-                    o.qty,
-                    &codes,
-                )
-                .await?;
         }
         Ok(())
     }

@@ -8,8 +8,9 @@ use seckill::engine::state::CampaignDef;
 use seckill::ledger::invariants::refused_rule;
 use seckill::ledger::{Ledger, LedgerWrite, SqliteLedger, WriteFault};
 
-fn order(id: &str, user: &str, codes: Option<&[&str]>, state: OrderState) -> LedgerWrite {
-    LedgerWrite::Order(Order {
+/// A one-unit order of campaign `<id before the dash>` (pending ones due in the future).
+pub(crate) fn new_order(id: &str, user: &str, codes: Option<&[&str]>, state: OrderState) -> Order {
+    Order {
         order_id: id.into(),
         campaign_id: id.split('-').next().unwrap().into(),
         user_id: user.into(),
@@ -20,7 +21,11 @@ fn order(id: &str, user: &str, codes: Option<&[&str]>, state: OrderState) -> Led
         cancelled_at: None,
         pay_by: (state == OrderState::Pending).then(Utc::now),
         resolved_at: None,
-    })
+    }
+}
+
+fn order(id: &str, user: &str, codes: Option<&[&str]>, state: OrderState) -> LedgerWrite {
+    LedgerWrite::Order(new_order(id, user, codes, state))
 }
 
 fn campaign(id: &str, kind: Kind, total: u64, limit: u64, codes: &[&str]) -> LedgerWrite {

@@ -48,6 +48,14 @@ impl Consumer {
         Ok(())
     }
 
+    /// Fences `campaign` (its claims answer 503) until its stream is drained and it is rebuilt
+    /// from the ledger ([`Consumer::rebuild_fenced`]).
+    pub(super) async fn fence_campaign(&mut self, campaign: &str) -> anyhow::Result<()> {
+        self.scripts.fence(&mut self.conn, campaign, false).await?;
+        self.fenced.insert(campaign.to_owned());
+        Ok(())
+    }
+
     /// Fences `entry`'s campaign until it is rebuilt from the ledger and records the order
     /// `order_id` it carried in `failed_orders` (the gate and the ledger disagree about it).
     pub(super) async fn fence_and_record(
@@ -57,10 +65,7 @@ impl Consumer {
         reason: String,
         metric: &'static str,
     ) -> anyhow::Result<()> {
-        self.scripts
-            .fence(&mut self.conn, &entry.campaign_id, false)
-            .await?;
-        self.fenced.insert(entry.campaign_id.clone());
+        self.fence_campaign(&entry.campaign_id).await?;
         self.ledger
             .record_failed(&FailedOrder {
                 stream_id: entry.stream_id.clone(),
@@ -112,8 +117,7 @@ impl Consumer {
             by_campaign.entry(&o.campaign_id).or_default().push(o);
         }
         for (campaign, orders) in by_campaign {
-            self.scripts.fence(&mut self.conn, campaign, false).await?;
-            self.fenced.insert(campaign.to_owned());
+            self.fence_campaign(campaign).await?;
             for o in &orders {
                 let new_order = |w: &PipelineWrite| matches!(w, PipelineWrite::Order(g) if g.order_id == o.order_id);
                 let Some(entry) = writes.iter().position(new_order).map(|i| &good[i]) else {

@@ -12,21 +12,7 @@ use seckill::ledger::invariants::refused_rule;
 use seckill::ledger::{PgLedger, PipelineWrite, Transition};
 
 use crate::helpers::{App, Deploy};
-
-fn order(id: &str, user: &str, codes: Option<&[&str]>, state: OrderState) -> Order {
-    Order {
-        order_id: id.into(),
-        campaign_id: id.split('-').next().unwrap().into(),
-        user_id: user.into(),
-        qty: 1,
-        codes: codes.map(|c| c.iter().map(|s| s.to_string()).collect()),
-        state,
-        created_at: seckill::domain::now(),
-        cancelled_at: None,
-        pay_by: (state == OrderState::Pending).then(seckill::domain::now),
-        resolved_at: None,
-    }
-}
+use crate::ledger_rules::new_order as order;
 
 async fn refused(ledger: &PgLedger, writes: Vec<PipelineWrite>) -> &'static str {
     let e = ledger.apply_pipeline(&writes, None).await.unwrap_err();
