@@ -244,12 +244,16 @@ impl Batcher {
             .collect();
         let mut conn = self.conn.clone();
         let before = WaitReplicas::before(&conn);
+        let required = match self.opts.replicas {
+            Some(w) => w.required(&conn).await,
+            None => 0,
+        };
         let call = self.scripts.claim_batch(
             &mut conn,
             campaign,
             &claims,
             (self.idem.0, &self.idem.1),
-            self.opts.replicas.map_or(0, |w| w.replicas),
+            required,
         );
         let result = tokio::time::timeout(self.timeout, call)
             .await

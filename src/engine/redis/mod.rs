@@ -29,6 +29,7 @@ mod fresh;
 mod holds;
 mod keys;
 mod link;
+mod promotable;
 mod ratelimit;
 mod refuse;
 mod replicated;

@@ -147,3 +147,77 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
     assert_eq!(c.campaign("w").await.unwrap().remaining, 88);
     server.stop().await.unwrap();
 }
+
+/// Hole: `WAIT 1` counted any replica, so with the promotable replica gone a replica Sentinel
+/// never promotes (`replica-priority 0`) acknowledged every win, which a failover then lost.
+/// Now only replicas Sentinel could promote count: nothing is sold or confirmed with it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_sentinel_never_promotes_does_not_count() {
+    let mut redis = SentinelSetup::start_with(&[0]);
+    replica_online(redis.primary.port).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while replicas_of(redis.primary.port)
+        .matches("state=online")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "both replicas never came online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+    cfg.scale.redis = vec![redis.sentinel_url()];
+    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
+    cfg.scale.postgres = Some(pg().fresh_db().await);
+    cfg.scale.pipeline.redis_wait_replicas = Some(1);
+    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let c = Client::new(&server.url(), TOKEN);
+    c.create_campaign(&json!({"id": "p0", "stock": 90, "hold_seconds": 600}))
+        .await
+        .unwrap();
+    let held = match c.claim("p0", "first", 1, None).await.unwrap() {
+        ClaimReply::Processed(a) if a.outcome == Outcome::Won => a.order_id.unwrap(),
+        other => panic!("{other:?} {}", replicas_of(redis.primary.port)),
+    };
+    settle_url(&c).await;
+
+    tokio::task::block_in_place(|| redis.replica.kill_9());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replicas_of(redis.primary.port).contains("connected_slaves:1") {
+        assert!(Instant::now() < deadline, "the primary still lists both");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..40 {
+        match c.claim("p0", &format!("u{i}"), 1, None).await.unwrap() {
+            ClaimReply::Refused(s, body) => {
+                assert_eq!(s.as_u16(), 503, "{body}");
+                let msg = body["error"]["message"].as_str().unwrap_or_default();
+                assert!(msg.contains("nothing was changed"), "u{i}: {body}");
+            }
+            other => panic!("u{i} acknowledged by an unpromotable replica: {other:?}"),
+        }
+    }
+    assert_eq!(c.campaign("p0").await.unwrap().remaining, 89);
+    let (s, body) = confirm(&c, &held).await;
+    assert_eq!(s, 503, "a confirm only an unpromotable replica has: {body}");
+
+    tokio::task::block_in_place(|| redis.replica.start_again());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let won = loop {
+        match c.claim("p0", "after", 1, Some("after-1")).await.unwrap() {
+            ClaimReply::Processed(a) => break a,
+            other => {
+                assert!(Instant::now() < deadline, "never served again: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(won.outcome, Outcome::Won);
+    let (s, body) = confirm(&c, &held).await;
+    assert_eq!(
+        (s, body["state"].as_str()),
+        (200, Some("confirmed")),
+        "{body}"
+    );
+    server.stop().await.unwrap();
+}

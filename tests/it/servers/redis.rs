@@ -2,6 +2,7 @@
 //! Sentinel.
 
 use std::process::Command;
+use std::time::Duration;
 
 use super::{find_binary, free_port, redis_raw, wait_until, Daemon};
 
@@ -139,6 +140,8 @@ impl RedisCluster {
 pub struct SentinelSetup {
     pub primary: RedisServer,
     pub replica: RedisServer,
+    /// Further replicas ([`SentinelSetup::start_with`]), in the order of their priorities.
+    pub others: Vec<RedisServer>,
     pub sentinel_port: u16,
     _sentinel: Daemon,
     _dir: tempfile::TempDir,
@@ -148,12 +151,27 @@ impl SentinelSetup {
     pub const MASTER: &'static str = "mymaster";
 
     pub fn start() -> SentinelSetup {
+        Self::start_with(&[])
+    }
+
+    /// With one further replica per entry of `priorities` (its `replica-priority`; 0 = never
+    /// promoted).
+    pub fn start_with(priorities: &[u32]) -> SentinelSetup {
         let aof = ["--appendonly", "yes", "--appendfsync", "always"];
         let primary = RedisServer::start(&aof);
         let primary_port = primary.port.to_string();
         let mut replica_args = aof.to_vec();
         replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
         let replica = RedisServer::start(&replica_args);
+        let others: Vec<RedisServer> = priorities
+            .iter()
+            .map(|p| {
+                let p = p.to_string();
+                let mut args = replica_args.clone();
+                args.extend(["--replica-priority", &p]);
+                RedisServer::start(&args)
+            })
+            .collect();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let conf = dir.path().join("sentinel.conf");
@@ -173,13 +191,16 @@ impl SentinelSetup {
         cmd.arg(&conf).arg("--sentinel");
         let sentinel = Daemon::spawn(cmd, None, libc::SIGKILL, &dir.path().join("sentinel.log"));
         let replica_port = replica.port.to_string();
-        wait_until("the Sentinel to see the replica", || {
-            redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER))
-                .is_some_and(|r| r.contains(&replica_port))
+        let ports: Vec<String> = others.iter().map(|r| r.port.to_string()).collect();
+        wait_until("the Sentinel to see the replicas", || {
+            redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER)).is_some_and(|r| {
+                r.contains(&replica_port) && ports.iter().all(|p| r.contains(p.as_str()))
+            })
         });
         SentinelSetup {
             primary,
             replica,
+            others,
             sentinel_port: port,
             _sentinel: sentinel,
             _dir: dir,
@@ -192,8 +213,19 @@ impl SentinelSetup {
 
     /// Waits until the replica has everything the primary acknowledged.
     pub fn wait_replicated(&self) {
-        let reply = redis_raw(self.primary.port, "WAIT 1 10000").unwrap_or_default();
-        assert!(reply.starts_with(":1"), "the replica caught up: {reply}");
+        // The replica's first full sync can take seconds on a loaded machine; each WAIT
+        // stays under the raw client's read timeout.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = redis_raw(self.primary.port, "WAIT 1 2000").unwrap_or_default();
+            if reply.starts_with(":1") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the replica did not catch up within 60 s: {reply:?}"
+            );
+        }
     }
 
     /// kill -9 of the primary; returns once the Sentinel promoted the replica.

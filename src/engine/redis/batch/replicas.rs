@@ -20,13 +20,25 @@
 //! read (including another instance's unreplicated win replayed by an Idempotency-Key), so
 //! waiting for it waits for all of that. The link's generation must not change between the
 //! batch and the `WAIT`, else the `WAIT` could have reached another server.
+//!
+//! Behind Sentinel only acknowledgements of replicas it could promote count, and none while a
+//! failover is under way (`promotable.rs`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
 
 use crate::engine::redis::{Health, RedisConn};
 
 /// The key every `WAIT` is preceded by a write to.
 const FENCE_KEY: &str = "seckill:replicated";
+
+/// The replica count no primary reaches: a claim batch asked for it changes nothing.
+pub const NONE_WILL_DO: u32 = u32::MAX;
+
+/// A Sentinel view this recent is reused before a claim batch (every wait asks a new one
+/// after its replicas answered, so under load it is milliseconds old).
+const VIEW_REUSE: Duration = Duration::from_secs(1);
 
 /// How many replicas must acknowledge, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,16 +61,46 @@ impl WaitReplicas {
         conn.link().map(|l| l.health())
     }
 
-    /// Ok once `replicas` replicas have everything written on `conn`'s server so far, and the
-    /// link is still the one of `before` (so the writes checked are the caller's).
+    /// How many connected replicas a claim batch needs in sync before it runs: `replicas`
+    /// plus those Sentinel would not promote (`promotable.rs`), or [`NONE_WILL_DO`] while a
+    /// failover is under way or no sentinel answers (the batch then changes nothing).
+    pub async fn required(&self, conn: &RedisConn) -> u32 {
+        let Some(link) = conn.link() else {
+            return self.replicas;
+        };
+        let Some(p) = link.promotable() else {
+            return self.replicas;
+        };
+        let recent = Instant::now()
+            .checked_sub(VIEW_REUSE)
+            .unwrap_or_else(Instant::now);
+        match p.view_since(recent, link).await {
+            Ok(v) if !v.failover => self.replicas + v.not_promotable,
+            Ok(_) => NONE_WILL_DO,
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "no sentinel answered before a claim batch");
+                NONE_WILL_DO
+            }
+        }
+    }
+
+    /// Ok once `replicas` replicas that could carry the writes through a failover have
+    /// everything written on `conn`'s server so far, and the link is still the one of `before`
+    /// (so the writes checked are the caller's).
     pub async fn confirm(&self, conn: &RedisConn, before: Option<Health>) -> anyhow::Result<()> {
         let link = conn
             .link()
             .ok_or_else(|| anyhow::anyhow!("WAIT is not used with Redis Cluster"))?;
+        let need = self.required(conn).await;
+        anyhow::ensure!(
+            need != NONE_WILL_DO,
+            "a Sentinel failover is in progress, or no sentinel answers"
+        );
+        let server = link.server();
         let mut pipe = redis::pipe();
         pipe.cmd("INCR").arg(FENCE_KEY);
         pipe.cmd("WAIT")
-            .arg(self.replicas)
+            .arg(need)
             .arg(self.timeout.as_millis() as u64);
         // The fence write is not a claim: it goes over the plain (ungated) link.
         let reply = link
@@ -66,6 +108,7 @@ impl WaitReplicas {
             .await
             // Not a `RedisError` any more: a failed WAIT never means "not executed".
             .map_err(|e| anyhow::anyhow!("WAIT for replicas failed: {e}"))?;
+        let acked_at = Instant::now();
         let acked: i64 = match reply.as_slice() {
             [_, v] => redis::from_redis_value(v)?,
             _ => anyhow::bail!("WAIT for replicas answered {reply:?}"),
@@ -76,11 +119,26 @@ impl WaitReplicas {
             "the Redis connection changed while waiting for replicas"
         );
         anyhow::ensure!(
-            acked >= i64::from(self.replicas),
-            "{acked} of {} replicas acknowledged within {:?}",
-            self.replicas,
+            acked >= i64::from(need),
+            "{acked} of {need} replicas acknowledged within {:?}",
             self.timeout
         );
+        if let Some(p) = link.promotable() {
+            // Asked after the replicas answered: a promotion begun before shows in it.
+            let view = p.view_since(acked_at, link).await?;
+            let (generation, addr) = server.context("the Redis connection is down")?;
+            anyhow::ensure!(
+                before.is_some_and(|h| h.generation == generation),
+                "the Redis connection changed while waiting for replicas"
+            );
+            view.check(&addr)?;
+            let promotable = acked - i64::from(view.not_promotable);
+            anyhow::ensure!(
+                promotable >= i64::from(self.replicas),
+                "{acked} replicas acknowledged, {} of them not promotable by Sentinel",
+                view.not_promotable
+            );
+        }
         Ok(())
     }
 }

@@ -39,6 +39,7 @@ mod errors;
 use errors::breaks_connection;
 pub use errors::{not_sent, surely_not_executed, unchecked};
 
+use super::promotable::Promotable;
 use super::sentinel;
 
 /// Each connection attempt gives up after this long.
@@ -72,14 +73,15 @@ pub struct Health {
 
 #[derive(Clone)]
 enum State {
-    Up(u64, MultiplexedConnection),
+    /// Connected, to the server at the address.
+    Up(u64, MultiplexedConnection, Arc<ConnectionAddr>),
     Down(u64, Instant),
 }
 
 impl State {
     fn health(&self) -> Health {
         match self {
-            State::Up(g, _) => Health {
+            State::Up(g, ..) => Health {
                 up: true,
                 generation: *g,
             },
@@ -99,6 +101,8 @@ pub struct Link {
     /// The generation whose Redis was checked against the ledger (`fresh.rs`); gated requests
     /// go out only on that connection. `u64::MAX` = none checked.
     verified: AtomicU64,
+    /// Behind Sentinel: which replica acknowledgements count (`promotable.rs`).
+    promotable: Option<Arc<Promotable>>,
 }
 
 fn config() -> AsyncConnectionConfig {
@@ -110,10 +114,17 @@ fn config() -> AsyncConnectionConfig {
 impl Link {
     /// Connects (failing if Redis cannot be reached now) and starts the reconnect task.
     pub async fn connect(endpoint: Endpoint) -> anyhow::Result<Arc<Self>> {
-        let conn = open(&endpoint).await?;
+        let (conn, addr) = open(&endpoint).await?;
+        let promotable = match &endpoint {
+            Endpoint::Sentinel { sentinels, master } => {
+                Some(Arc::new(Promotable::new(sentinels, master)))
+            }
+            Endpoint::Node(_) => None,
+        };
         let link = Arc::new(Self {
             endpoint,
-            state: watch::channel(State::Up(0, conn)).0,
+            promotable,
+            state: watch::channel(State::Up(0, conn, Arc::new(addr))).0,
             health: watch::channel(Health {
                 up: true,
                 generation: 0,
@@ -151,6 +162,19 @@ impl Link {
     /// Reachability now, and every change from here on.
     pub fn watch(&self) -> watch::Receiver<Health> {
         self.health.subscribe()
+    }
+
+    /// The server of the current connection and its generation (`None` while down).
+    pub fn server(&self) -> Option<(u64, Arc<ConnectionAddr>)> {
+        match &*self.state.borrow() {
+            State::Up(g, _, addr) => Some((*g, addr.clone())),
+            State::Down(..) => None,
+        }
+    }
+
+    /// Behind Sentinel, which replicas' acknowledgements count.
+    pub fn promotable(&self) -> Option<&Arc<Promotable>> {
+        self.promotable.as_ref()
     }
 
     /// Reachability now.
@@ -192,7 +216,7 @@ impl Link {
     /// The connection to use, or the refusal while down.
     fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         match &*self.state.borrow() {
-            State::Up(g, c) => Ok((*g, c.clone())),
+            State::Up(g, c, _) => Ok((*g, c.clone())),
             State::Down(_, since) => Err(not_sent(since.elapsed())),
         }
     }
@@ -207,7 +231,7 @@ impl Link {
     fn broken(&self, generation: u64, why: &RedisError) {
         let mut changed = false;
         self.state.send_if_modified(|s| match s {
-            State::Up(g, _) if *g == generation => {
+            State::Up(g, ..) if *g == generation => {
                 *s = State::Down(generation + 1, Instant::now());
                 changed = true;
                 true
@@ -269,7 +293,7 @@ impl Link {
 }
 
 /// Opens a connection to the endpoint and checks that Redis answers `PING`.
-async fn open(endpoint: &Endpoint) -> anyhow::Result<MultiplexedConnection> {
+async fn open(endpoint: &Endpoint) -> anyhow::Result<(MultiplexedConnection, ConnectionAddr)> {
     let info = match endpoint {
         Endpoint::Node(info) => info.clone(),
         Endpoint::Sentinel { sentinels, master } => {
@@ -280,6 +304,7 @@ async fn open(endpoint: &Endpoint) -> anyhow::Result<MultiplexedConnection> {
             }
         }
     };
+    let addr = info.addr.clone();
     let attempt = async {
         let mut conn = redis::Client::open(info)?
             .get_multiplexed_async_connection_with_config(&config())
@@ -291,6 +316,7 @@ async fn open(endpoint: &Endpoint) -> anyhow::Result<MultiplexedConnection> {
         .await
         .context("Redis did not answer in time")?
         .context("cannot connect to Redis")
+        .map(|conn| (conn, addr))
 }
 
 /// The reconnect loop: heartbeats while up, reconnects with a short backoff while down.
@@ -300,7 +326,7 @@ async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
         let Some(me) = link.upgrade() else { return };
         let state = me.state.borrow().clone();
         match state {
-            State::Up(generation, mut conn) => {
+            State::Up(generation, mut conn, _) => {
                 drop(me);
                 tokio::select! {
                     _ = tokio::time::sleep(HEARTBEAT) => {}
@@ -322,9 +348,9 @@ async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
                 }
             }
             State::Down(generation, since) => match open(&me.endpoint).await {
-                Ok(conn) => {
+                Ok((conn, addr)) => {
                     retry = RETRY_MIN;
-                    me.set(State::Up(generation + 1, conn));
+                    me.set(State::Up(generation + 1, conn, Arc::new(addr)));
                     tracing::info!(
                         down_ms = since.elapsed().as_millis() as u64,
                         "Redis answers again; serving"

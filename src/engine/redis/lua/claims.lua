@@ -34,7 +34,9 @@
 -- ARGV[4] most rejection answers kept per campaign
 -- ARGV[5] replicas that must be connected and in sync for the batch to run ('0' = no check;
 --         `--redis-wait-replicas`): with fewer, nothing is decided and nothing written, so a
---         batch whose WAIT could not succeed never takes stock it cannot answer for
+--         batch whose WAIT could not succeed never takes stock it cannot answer for. Behind
+--         Sentinel the caller adds the connected replicas Sentinel would not promote, and
+--         sends 4294967295 while a failover is under way (promotable.rs)
 -- ARGV[6…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
 --         validated by the caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
 --
