@@ -5,6 +5,7 @@
 mod bad_input;
 mod disk_full;
 mod exclusion;
+mod fsync_error;
 mod kill9;
 mod paused;
 mod redlock;
