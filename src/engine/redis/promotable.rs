@@ -69,7 +69,6 @@ pub struct Promotable {
     sentinels: Vec<(ConnectionInfo, Mutex<Option<MultiplexedConnection>>)>,
     master: String,
     last: Mutex<Option<View>>,
-    cached: std::sync::Mutex<Option<View>>,
 }
 
 fn config() -> AsyncConnectionConfig {
@@ -87,13 +86,7 @@ impl Promotable {
                 .collect(),
             master: master.to_owned(),
             last: Mutex::new(None),
-            cached: std::sync::Mutex::new(None),
         }
-    }
-
-    /// The last view asked, if any (for a check before a write; stale by up to the time since).
-    pub fn cached(&self) -> Option<View> {
-        self.cached.lock().expect("view lock").clone()
     }
 
     /// A view asked at or after `since`: the one in flight or last asked if it qualifies,
@@ -104,7 +97,6 @@ impl Promotable {
             return Ok(v.clone());
         }
         let view = self.ask(link).await?;
-        *self.cached.lock().expect("view lock") = Some(view.clone());
         *last = Some(view.clone());
         Ok(view)
     }

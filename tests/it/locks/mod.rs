@@ -65,3 +65,40 @@ pub async fn fenced_db() -> (String, sqlx::PgPool) {
         .expect("PostgreSQL ledger");
     (url, ledger.pool().clone())
 }
+
+/// Four owners in turn try to take `job` while the store is failing; the fences granted (each
+/// lease left to end, so the next owner is not told "held") and how many were refused.
+pub async fn grants_under_fault(locks: &Locks) -> (Vec<u64>, usize) {
+    let mut fences = Vec::new();
+    let mut refused = 0;
+    for owner in ["a", "b", "c", "d"] {
+        match locks
+            .acquire("job", owner, Duration::from_millis(200), Duration::ZERO)
+            .await
+        {
+            Ok(Attempt::Granted(l)) => {
+                fences.push(l.fence);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Ok(Attempt::Held { .. }) => panic!("no lease can be live here"),
+            Err(e) => {
+                eprintln!("{owner}: {e}");
+                refused += 1;
+            }
+        }
+    }
+    (fences, refused)
+}
+
+/// No fence was granted twice, and `last` is the highest.
+pub fn assert_fences_grow_once(fences: &[u64], last: u64) {
+    let mut sorted = fences.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        fences.len(),
+        "a fence granted twice: {fences:?}"
+    );
+    assert_eq!(*fences.iter().max().unwrap(), last, "{fences:?}");
+}
