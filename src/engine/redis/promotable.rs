@@ -1,26 +1,30 @@
-//! Which replica acknowledgements survive a failover: only those of replicas Sentinel could
-//! promote, of the primary Sentinel names, while no failover is under way.
+//! Which replica acknowledgements survive a failover: a write counts only once every replica
+//! Sentinel could promote has it, on the primary Sentinel names, while no failover is near.
 //!
-//! `WAIT n` counts every replica connected to the primary. Two kinds of them do not carry a
-//! write through a failover: a replica Sentinel never promotes (`replica-priority 0`, or one
-//! Sentinel sees as down or disconnected), and — during a graceful `SENTINEL FAILOVER` — a
-//! replica still following the old primary after another one was promoted (its copy is thrown
-//! away when it is re-pointed). A win acknowledged only by such a replica is lost with the
-//! old primary, after `won` was answered.
+//! `WAIT n` counts any `n` replicas connected to the primary, but Sentinel does not promote
+//! any replica: it skips priority 0 and replicas it sees down, then takes the *lowest
+//! priority* first and only then the highest offset. So with replicas of priority 2 and 100,
+//! a win acknowledged by the priority-100 one alone is lost when the priority-2 one is
+//! promoted; a priority-0 replica's acknowledgement carries nothing; and during a graceful
+//! `SENTINEL FAILOVER` a replica still following the old primary acknowledges writes that are
+//! thrown away when it is re-pointed.
 //!
-//! So, behind Sentinel, a replica wait asks every sentinel (once per round trip, shared by
-//! every wait that began before it) for the primary, its flags and its replicas:
+//! Behind Sentinel a wait therefore asks a majority of the sentinels (once per round trip,
+//! shared with every wait that began before it, errors included) for the primary, its flags
+//! and its replicas, and reads the primary's `INFO replication`:
 //!
-//! - with `k` replicas connected to the primary that a sentinel would not promote (or does
-//!   not know), the wait is `WAIT n + k`, which
-//!   `n` promotable replicas must have answered (at most `k` answers came from the others),
-//!   and a claim batch runs only with `n + k` replicas in sync (`claims.lua`);
-//! - a wait counts only if every sentinel that answered names the server the write went to as
-//!   the primary and none has a failover in progress, asked after the replicas answered: a
-//!   promotion that began before then shows as one of the two (a failover takes seconds).
+//! - every replica connected to the primary must acknowledge (`WAIT connected`), so whichever
+//!   candidate Sentinel picks has the write; a candidate Sentinel knows that is *not*
+//!   connected (it would be promoted with a stale copy) refuses the wait, and fewer than `n`
+//!   connected candidates refuse it too (`View::need`);
+//! - the wait counts only if the sentinels, asked after the replicas answered, agree that the
+//!   server written to is the primary and none sees it down (`s_down`, `o_down`) or has a
+//!   failover in progress: a promotion that began before the acknowledgements shows as one of
+//!   these (a failover takes seconds), and the promoted replica stops acknowledging the old
+//!   primary the moment it is promoted.
 //!
-//! Left open (docs/SCALE_OUT.md): a sentinel that cannot be reached is not asked; with several
-//! sentinels the one leading a failover is the first to know of it.
+//! The price: one lagging replica (even a priority-0 one) slows every wait
+//! (docs/SCALE_OUT.md, "Only acknowledgements a failover keeps count").
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -33,24 +37,33 @@ use super::link::Link;
 
 type Addr = (String, u16);
 
-/// What the sentinels said, asked at `asked`.
+/// How long one sentinel may take to answer: a silent one must not stall claim batches.
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// What the sentinels and the primary said, asked at `asked`.
 #[derive(Debug, Clone)]
 pub struct View {
     pub asked: Instant,
     /// The primary every answering sentinel names (`None` if they disagree).
-    pub primary: Option<(String, u16)>,
-    /// A sentinel has a failover of the primary in progress.
+    pub primary: Option<Addr>,
+    /// A sentinel has a failover in progress or sees the primary down.
     pub failover: bool,
-    /// Replicas connected to the primary (its `INFO replication`) that some sentinel would
-    /// not promote or does not know.
-    pub not_promotable: u32,
+    /// Replicas online at the primary (its `INFO replication`).
+    pub connected: u32,
+    /// Of those, the ones every answering sentinel could promote.
+    pub candidates: u32,
+    /// Replicas some sentinel could promote that are not online at the primary.
+    pub stray: Vec<Addr>,
 }
 
 impl View {
-    /// Ok if a write to `server` acknowledged by replicas before this view was asked survives
-    /// a failover; the reason otherwise.
-    pub fn check(&self, server: &ConnectionAddr) -> anyhow::Result<()> {
-        anyhow::ensure!(!self.failover, "a Sentinel failover is in progress");
+    /// How many replicas a write to `server` must reach so that `n` replicas Sentinel could
+    /// promote, and every one it could pick, have it; the reason when none will do.
+    pub fn need(&self, n: u32, server: &ConnectionAddr) -> anyhow::Result<u32> {
+        anyhow::ensure!(
+            !self.failover,
+            "a Sentinel failover is in progress or the primary is seen down"
+        );
         let same = match (&self.primary, server) {
             (Some((h, p)), ConnectionAddr::Tcp(host, port)) => h == host && p == port,
             _ => false,
@@ -60,21 +73,46 @@ impl View {
             "the sentinels name {:?} as the primary, not the server written to",
             self.primary
         );
-        Ok(())
+        anyhow::ensure!(
+            self.stray.is_empty(),
+            "replicas Sentinel could promote are not connected to the primary: {:?}",
+            self.stray
+        );
+        anyhow::ensure!(
+            self.candidates >= n,
+            "{} connected replicas Sentinel could promote, {n} required",
+            self.candidates
+        );
+        Ok(self.connected)
     }
+}
+
+/// The last view asked, or why it could not be.
+struct Asked {
+    at: Instant,
+    view: Result<View, String>,
 }
 
 /// The sentinels of one primary, asked at most once per round trip.
 pub struct Promotable {
     sentinels: Vec<(ConnectionInfo, Mutex<Option<MultiplexedConnection>>)>,
     master: String,
-    last: Mutex<Option<View>>,
+    /// Held while asking: waits that arrive meanwhile share the answer.
+    last: Mutex<Option<Asked>>,
 }
 
 fn config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
-        .set_connection_timeout(Duration::from_secs(1))
-        .set_response_timeout(Duration::from_secs(1))
+        .set_connection_timeout(SENTINEL_TIMEOUT)
+        .set_response_timeout(SENTINEL_TIMEOUT)
+}
+
+/// One sentinel's answer: the primary, whether a failover is near, the replicas it could
+/// promote.
+struct Said {
+    primary: Addr,
+    failover: bool,
+    promotable: HashSet<Addr>,
 }
 
 impl Promotable {
@@ -89,74 +127,87 @@ impl Promotable {
         }
     }
 
-    /// A view asked at or after `since`: the one in flight or last asked if it qualifies,
+    /// A view asked at or after `since`: the last one if it qualifies (a failure to ask
+    /// included, so a silent sentinel is waited for once per round, not once per wait),
     /// otherwise a new one.
     pub async fn view_since(&self, since: Instant, link: &Link) -> anyhow::Result<View> {
         let mut last = self.last.lock().await;
-        if let Some(v) = last.as_ref().filter(|v| v.asked >= since) {
-            return Ok(v.clone());
+        if let Some(a) = last.as_ref().filter(|a| a.at >= since) {
+            return a.view.clone().map_err(anyhow::Error::msg);
         }
-        let view = self.ask(link).await?;
-        *last = Some(view.clone());
-        Ok(view)
+        let at = Instant::now();
+        let view = self.ask(at, link).await.map_err(|e| format!("{e:#}"));
+        *last = Some(Asked {
+            at,
+            view: view.clone(),
+        });
+        view.map_err(anyhow::Error::msg)
     }
 
-    async fn ask(&self, link: &Link) -> anyhow::Result<View> {
-        let asked = Instant::now();
+    async fn ask(&self, asked: Instant, link: &Link) -> anyhow::Result<View> {
         let info = link
             .request(redis::cmd("INFO").arg("replication"))
             .await
             .map_err(|e| anyhow::anyhow!("INFO replication of the primary failed: {e}"))?;
-        let connected = connected_replicas(&redis::from_redis_value::<String>(&info)?);
+        let connected: HashSet<Addr> =
+            connected_replicas(&redis::from_redis_value::<String>(&info)?)
+                .into_iter()
+                .collect();
         let answers =
             futures::future::join_all(self.sentinels.iter().map(|(info, conn)| async move {
-                let r = self.ask_one(info, conn).await;
+                let r = tokio::time::timeout(SENTINEL_TIMEOUT, self.ask_one(info, conn))
+                    .await
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer in {SENTINEL_TIMEOUT:?}")));
                 if r.is_err() {
                     *conn.lock().await = None;
                 }
                 r
             }))
             .await;
-        let mut view = View {
-            asked,
-            primary: None,
-            failover: false,
-            not_promotable: 0,
-        };
-        let mut answered = 0;
+        let mut said = Vec::new();
         let mut last_err = None;
-        let mut outside: HashSet<&Addr> = HashSet::new();
-        for a in &answers {
+        for a in answers {
             match a {
-                Ok((primary, failover, promotable)) => {
-                    if answered == 0 {
-                        view.primary = Some(primary.clone());
-                    } else if view.primary.as_ref() != Some(primary) {
-                        view.primary = None;
-                    }
-                    answered += 1;
-                    view.failover |= failover;
-                    outside.extend(connected.iter().filter(|r| !promotable.contains(*r)));
-                }
+                Ok(s) => said.push(s),
                 Err(e) => last_err = Some(e),
             }
         }
-        if answered == 0 {
-            return Err(anyhow::anyhow!(
-                "no sentinel answered: {}",
-                last_err.map_or_else(|| "none given".to_owned(), |e| format!("{e:#}"))
-            ));
-        }
-        view.not_promotable = outside.len() as u32;
-        Ok(view)
+        // A failover needs a majority of the sentinels: fewer answering could all be the
+        // ones that have not heard of it.
+        anyhow::ensure!(
+            said.len() * 2 > self.sentinels.len(),
+            "{} of {} sentinels answered: {}",
+            said.len(),
+            self.sentinels.len(),
+            last_err.map_or_else(|| "none given".to_owned(), |e| format!("{e:#}"))
+        );
+        let first = &said[0].primary;
+        let agree = said.iter().all(|s| &s.primary == first);
+        let stray: HashSet<&Addr> = said
+            .iter()
+            .flat_map(|s| s.promotable.iter())
+            .filter(|r| !connected.contains(*r))
+            .collect();
+        let candidates = connected
+            .iter()
+            .filter(|r| said.iter().all(|s| s.promotable.contains(*r)))
+            .count();
+        Ok(View {
+            asked,
+            primary: agree.then(|| first.clone()),
+            failover: said.iter().any(|s| s.failover),
+            connected: connected.len() as u32,
+            candidates: candidates as u32,
+            stray: stray.into_iter().cloned().collect(),
+        })
     }
 
-    /// One sentinel's primary, failover flag and the replicas it could promote.
+    /// One sentinel's view of the primary and its replicas.
     async fn ask_one(
         &self,
         info: &ConnectionInfo,
         slot: &Mutex<Option<MultiplexedConnection>>,
-    ) -> anyhow::Result<(Addr, bool, HashSet<Addr>)> {
+    ) -> anyhow::Result<Said> {
         let mut conn = {
             let mut slot = slot.lock().await;
             match slot.as_ref() {
@@ -182,14 +233,22 @@ impl Promotable {
                 .await?;
         let field = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
         let port: u16 = field(&master, "port").parse()?;
-        let flags = field(&master, "flags");
-        let failover = flags.split(',').any(|f| f == "failover_in_progress");
+        let failover = field(&master, "flags")
+            .split(',')
+            .any(|f| matches!(f, "failover_in_progress" | "s_down" | "o_down"));
+        let down_after: u64 = field(&master, "down-after-milliseconds")
+            .parse()
+            .unwrap_or(30_000);
         let promotable = replicas
             .iter()
-            .filter(|r| promotable(r))
+            .filter(|r| promotable(r, down_after))
             .filter_map(|r| Some((field(r, "ip"), field(r, "port").parse().ok()?)))
             .collect();
-        Ok(((field(&master, "ip"), port), failover, promotable))
+        Ok(Said {
+            primary: (field(&master, "ip"), port),
+            failover,
+            promotable,
+        })
     }
 }
 
@@ -214,14 +273,70 @@ fn connected_replicas(info: &str) -> Vec<Addr> {
         .collect()
 }
 
-/// Whether Sentinel would consider this replica for promotion.
-fn promotable(replica: &HashMap<String, String>) -> bool {
+/// Whether Sentinel could pick this replica: not priority 0, not seen down, and not cut off
+/// from the primary for longer than Sentinel's own limit (ten down-after periods).
+fn promotable(replica: &HashMap<String, String>, down_after_ms: u64) -> bool {
     let priority = replica
         .get("slave-priority")
         .or(replica.get("replica-priority"));
     let flags = replica.get("flags").map(String::as_str).unwrap_or_default();
+    let cut_off = replica.get("master-link-status").map(String::as_str) == Some("err")
+        && replica
+            .get("master-link-down-time")
+            .and_then(|t| t.parse::<u64>().ok())
+            .is_some_and(|ms| ms > down_after_ms.saturating_mul(10));
     priority.is_some_and(|p| p != "0")
+        && !cut_off
         && !flags
             .split(',')
             .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(connected: u32, candidates: u32, stray: usize) -> View {
+        View {
+            asked: Instant::now(),
+            primary: Some(("127.0.0.1".into(), 7000)),
+            failover: false,
+            connected,
+            candidates,
+            stray: vec![("127.0.0.1".into(), 7009); stray],
+        }
+    }
+
+    #[test]
+    fn every_connected_replica_must_acknowledge_and_every_candidate_be_connected() {
+        let server = ConnectionAddr::Tcp("127.0.0.1".into(), 7000);
+        assert_eq!(view(3, 2, 0).need(1, &server).unwrap(), 3);
+        assert!(view(3, 2, 1).need(1, &server).is_err(), "a stray candidate");
+        assert!(
+            view(2, 0, 0).need(1, &server).is_err(),
+            "only priority-0 replicas"
+        );
+        let other = ConnectionAddr::Tcp("127.0.0.1".into(), 7001);
+        assert!(view(3, 2, 0).need(1, &other).is_err(), "not the primary");
+        let mut v = view(3, 2, 0);
+        v.failover = true;
+        assert!(v.need(1, &server).is_err());
+    }
+
+    #[test]
+    fn a_replica_cut_off_longer_than_sentinel_allows_is_not_a_candidate() {
+        let r = |status: &str, down: &str, prio: &str, flags: &str| {
+            HashMap::from([
+                ("master-link-status".to_owned(), status.to_owned()),
+                ("master-link-down-time".to_owned(), down.to_owned()),
+                ("slave-priority".to_owned(), prio.to_owned()),
+                ("flags".to_owned(), flags.to_owned()),
+            ])
+        };
+        assert!(promotable(&r("ok", "0", "100", "slave"), 5000));
+        assert!(promotable(&r("err", "2000", "100", "slave"), 5000));
+        assert!(!promotable(&r("err", "60000", "100", "slave"), 5000));
+        assert!(!promotable(&r("ok", "0", "0", "slave"), 5000));
+        assert!(!promotable(&r("ok", "0", "100", "slave,s_down"), 5000));
+    }
 }

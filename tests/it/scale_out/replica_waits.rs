@@ -221,3 +221,72 @@ async fn a_replica_sentinel_never_promotes_does_not_count() {
     );
     server.stop().await.unwrap();
 }
+
+/// Hole: Sentinel promotes the replica with the lowest `replica-priority` first and only then
+/// the one with the highest offset, so `WAIT 1` met by a priority-100 replica while the
+/// priority-2 one lags answered `won` for writes the promoted replica may never see. Now every
+/// connected replica must acknowledge: with the priority-2 replica stalled (SIGSTOP, still
+/// connected to the primary), no claim is answered `won`; once it runs again, selling resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_replica_sentinel_would_promote_first_is_waited_for() {
+    let redis = SentinelSetup::start_with(&[2]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while replicas_of(redis.primary.port)
+        .matches("state=online")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "both replicas never came online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
+    cfg.scale.redis = vec![redis.sentinel_url()];
+    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
+    cfg.scale.postgres = Some(pg().fresh_db().await);
+    cfg.scale.pipeline.redis_wait_replicas = Some(1);
+    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let c = Client::new(&server.url(), TOKEN);
+    c.create_campaign(&json!({"id": "pr", "stock": 1000}))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The sentinel learns of the second replica a few seconds after it connects.
+        match c.claim("pr", "warm", 1, Some("warm-1")).await.unwrap() {
+            ClaimReply::Processed(a) if a.outcome == Outcome::Won => break,
+            other => {
+                assert!(Instant::now() < deadline, "never served: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let favourite = &redis.others[0];
+    favourite.signal(libc::SIGSTOP);
+    let storm = (0..40).map(|i| {
+        let c = c.clone();
+        async move { (i, c.claim("pr", &format!("u{i}"), 1, None).await.unwrap()) }
+    });
+    let answers = futures::future::join_all(storm).await;
+    favourite.signal(libc::SIGCONT);
+    for (i, a) in &answers {
+        match a {
+            ClaimReply::Refused(s, body) => assert_eq!(s.as_u16(), 503, "u{i}: {body}"),
+            other => panic!(
+                "u{i} answered while the replica Sentinel would promote had nothing: {other:?}"
+            ),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let won = loop {
+        match c.claim("pr", "after", 1, Some("after-1")).await.unwrap() {
+            ClaimReply::Processed(a) => break a,
+            other => {
+                assert!(Instant::now() < deadline, "never served again: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(won.outcome, Outcome::Won);
+    server.stop().await.unwrap();
+}

@@ -62,6 +62,13 @@ impl RedisServer {
         self.boot();
     }
 
+    /// Sends `sig` (SIGSTOP, SIGCONT) to the running server.
+    pub fn signal(&self, sig: i32) {
+        if let Some(d) = &self.daemon {
+            d.signal(sig);
+        }
+    }
+
     /// kill -9; returns once the process is gone.
     pub fn kill_9(&mut self) {
         if let Some(d) = self.daemon.take() {

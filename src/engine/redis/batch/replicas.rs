@@ -21,13 +21,14 @@
 //! waiting for it waits for all of that. The link's generation must not change between the
 //! batch and the `WAIT`, else the `WAIT` could have reached another server.
 //!
-//! Behind Sentinel only acknowledgements of replicas it could promote count, and none while a
-//! failover is under way (`promotable.rs`).
+//! Behind Sentinel every connected replica must acknowledge, every replica Sentinel could
+//! promote must be one of them, and none counts while a failover is near (`promotable.rs`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::engine::redis::link::Link;
 use crate::engine::redis::{Health, RedisConn};
 
 /// The key every `WAIT` is preceded by a write to.
@@ -61,41 +62,53 @@ impl WaitReplicas {
         conn.link().map(|l| l.health())
     }
 
-    /// How many connected replicas a claim batch needs in sync before it runs: `replicas`
-    /// plus those Sentinel would not promote (`promotable.rs`), or [`NONE_WILL_DO`] while a
-    /// failover is under way or no sentinel answers (the batch then changes nothing).
+    /// How many connected replicas a claim batch needs in sync before it runs: `replicas`,
+    /// or behind Sentinel every connected replica (`promotable.rs`), or [`NONE_WILL_DO`]
+    /// when no wait could count (a failover near, a candidate not connected, too few
+    /// sentinels answering): the batch then changes nothing.
     pub async fn required(&self, conn: &RedisConn) -> u32 {
         let Some(link) = conn.link() else {
             return self.replicas;
         };
-        let Some(p) = link.promotable() else {
+        if link.promotable().is_none() {
             return self.replicas;
-        };
+        }
         let recent = Instant::now()
             .checked_sub(VIEW_REUSE)
             .unwrap_or_else(Instant::now);
-        match p.view_since(recent, link).await {
-            Ok(v) if !v.failover => self.replicas + v.not_promotable,
-            Ok(_) => NONE_WILL_DO,
+        match self.sentinel_need(link, recent).await {
+            Ok(need) => need,
             Err(e) => {
-                tracing::debug!(error = %format!("{e:#}"), "no sentinel answered before a claim batch");
+                tracing::debug!(error = %format!("{e:#}"), "no replica wait can count before a claim batch");
                 NONE_WILL_DO
             }
         }
     }
 
-    /// Ok once `replicas` replicas that could carry the writes through a failover have
-    /// everything written on `conn`'s server so far, and the link is still the one of `before`
-    /// (so the writes checked are the caller's).
+    /// Behind Sentinel: the replicas a write to the linked server must reach, from a view
+    /// asked at or after `since`.
+    async fn sentinel_need(&self, link: &Link, since: Instant) -> anyhow::Result<u32> {
+        let p = link.promotable().context("not behind Sentinel")?;
+        let view = p.view_since(since, link).await?;
+        let (_, addr) = link.server().context("the Redis connection is down")?;
+        view.need(self.replicas, &addr)
+    }
+
+    /// Ok once `replicas` replicas that could carry the writes through a failover — behind
+    /// Sentinel, every replica it could pick — have everything written on `conn`'s server so
+    /// far, and the link is still the one of `before` (so the writes checked are the
+    /// caller's).
     pub async fn confirm(&self, conn: &RedisConn, before: Option<Health>) -> anyhow::Result<()> {
         let link = conn
             .link()
             .ok_or_else(|| anyhow::anyhow!("WAIT is not used with Redis Cluster"))?;
-        let need = self.required(conn).await;
-        anyhow::ensure!(
-            need != NONE_WILL_DO,
-            "a Sentinel failover is in progress, or no sentinel answers"
-        );
+        let recent = Instant::now()
+            .checked_sub(VIEW_REUSE)
+            .unwrap_or_else(Instant::now);
+        let need = match link.promotable() {
+            Some(_) => self.sentinel_need(link, recent).await?,
+            None => self.replicas,
+        };
         let server = link.server();
         let mut pipe = redis::pipe();
         pipe.cmd("INCR").arg(FENCE_KEY);
@@ -123,20 +136,18 @@ impl WaitReplicas {
             "{acked} of {need} replicas acknowledged within {:?}",
             self.timeout
         );
-        if let Some(p) = link.promotable() {
-            // Asked after the replicas answered: a promotion begun before shows in it.
-            let view = p.view_since(acked_at, link).await?;
-            let (generation, addr) = server.context("the Redis connection is down")?;
+        if link.promotable().is_some() {
+            // Asked after the replicas answered: a promotion begun before shows in it, and a
+            // replica that connected meanwhile raises what the write must have reached.
+            let (generation, _) = server.context("the Redis connection is down")?;
             anyhow::ensure!(
                 before.is_some_and(|h| h.generation == generation),
                 "the Redis connection changed while waiting for replicas"
             );
-            view.check(&addr)?;
-            let promotable = acked - i64::from(view.not_promotable);
+            let now_need = self.sentinel_need(link, acked_at).await?;
             anyhow::ensure!(
-                promotable >= i64::from(self.replicas),
-                "{acked} replicas acknowledged, {} of them not promotable by Sentinel",
-                view.not_promotable
+                acked >= i64::from(now_need),
+                "{acked} replicas acknowledged, {now_need} connected now"
             );
         }
         Ok(())
