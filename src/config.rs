@@ -199,6 +199,7 @@ impl ConnArgs {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             body_timeout: Duration::from_millis(self.body_timeout_ms),
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            per_ip: None,
         }
     }
 }

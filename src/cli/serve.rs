@@ -85,6 +85,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
         spawn_limits_refresh(backend.clone(), Arc::downgrade(&guards), every);
     }
     tracing::info!(settings = ?guards.settings(), "guards ready");
+    limits.per_ip = Some(guards.connection_share.clone());
 
     let listener = TcpListener::bind(cfg.listen)
         .await

@@ -35,6 +35,25 @@ pub struct GuardArgs {
     #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 4096)]
     pub max_in_flight: usize,
 
+    /// Most public requests in flight from one client address (IPv6: one /64); beyond it 503
+    /// at once (0 = no limit). Loopback peers are exempt: put --trusted-proxy behind a proxy.
+    #[arg(long, env = "SECKILL_MAX_IN_FLIGHT_PER_IP", default_value_t = 256)]
+    pub max_in_flight_per_ip: u32,
+
+    /// Most open public connections from one client address (IPv6: one /64); beyond it a new
+    /// connection is closed at once (0 = no limit). Loopback peers are exempt.
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS_PER_IP", default_value_t = 256)]
+    pub max_connections_per_ip: u32,
+
+    /// Hold loopback peers to the per-address limits too (for tests of the limits).
+    #[arg(long, hide = true)]
+    pub share_loopback: bool,
+
+    /// Milliseconds a claim's body (at most 16 KiB) has to arrive after its head; then 408.
+    /// A claim takes no in-flight place until its body is there.
+    #[arg(long, env = "SECKILL_CLAIM_BODY_TIMEOUT_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub claim_body_timeout_ms: u64,
+
     /// Request timeout of public routes, in milliseconds (503 `overloaded` when it fires).
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
@@ -67,6 +86,10 @@ impl Default for GuardArgs {
             admission_k: d.admission_k,
             max_in_flight: d.max_in_flight,
             request_timeout_ms: d.request_timeout.as_millis() as u64,
+            max_in_flight_per_ip: d.max_in_flight_per_ip,
+            max_connections_per_ip: d.max_connections_per_ip,
+            share_loopback: d.share_loopback,
+            claim_body_timeout_ms: d.claim_body_timeout.as_millis() as u64,
             trusted_proxy: d.trusted_proxies,
             client_ip_header: d.client_ip_header,
             user_signing_key: d.user_signing_key,
@@ -83,6 +106,10 @@ impl GuardArgs {
             admission_k: self.admission_k,
             max_in_flight: self.max_in_flight,
             request_timeout: Duration::from_millis(self.request_timeout_ms.max(1)),
+            max_in_flight_per_ip: self.max_in_flight_per_ip,
+            max_connections_per_ip: self.max_connections_per_ip,
+            share_loopback: self.share_loopback,
+            claim_body_timeout: Duration::from_millis(self.claim_body_timeout_ms.max(1)),
             trusted_proxies: self.trusted_proxy.clone(),
             client_ip_header: self.client_ip_header.clone(),
             user_signing_key: self.user_signing_key.clone(),

@@ -3,6 +3,9 @@
 //! A flash sale sends 100× more claims than it has units; most can never win. A claim passes,
 //! in this order (cheapest and least trusting first):
 //!
+//! 0. **the body first** — a claim's body is read under its own short deadline before it
+//!    takes any place, and one client address holds a bounded share of the places and of the
+//!    connections ([`share`]): requests that have not arrived cannot crowd out those that have;
 //! 1. **shedding** ([`shed`]) — global bound on public requests in flight + request timeout;
 //! 2. **per-IP limits** ([`rate`], [`gcra`], [`client_ip`]) — before the body is even read;
 //! 3. body validation, then **signed identity** ([`identity`]) when a key is configured;
@@ -22,6 +25,7 @@ pub mod identity;
 pub mod metrics;
 pub mod rate;
 pub mod secret;
+pub mod share;
 pub mod shed;
 pub mod soldout;
 
@@ -39,6 +43,7 @@ use identity::Identity;
 use metrics::GuardMetrics;
 use rate::{Check, Limited, RateLimiter, Subject};
 use secret::Secret;
+use share::Share;
 use shed::Shedder;
 use soldout::{StockBoard, StockEntry};
 
@@ -56,6 +61,14 @@ pub struct GuardSettings {
     /// Most public requests in flight.
     pub max_in_flight: usize,
     pub request_timeout: Duration,
+    /// Most public requests in flight per client address (IPv6: per /64); 0 = no limit.
+    pub max_in_flight_per_ip: u32,
+    /// Most open public connections per client address (IPv6: per /64); 0 = no limit.
+    pub max_connections_per_ip: u32,
+    /// Hold loopback peers to the per-address shares too (they are exempt by default).
+    pub share_loopback: bool,
+    /// How long a claim's body may take to arrive; it takes no place before it has.
+    pub claim_body_timeout: Duration,
     pub trusted_proxies: Vec<TrustedProxy>,
     pub client_ip_header: String,
     /// HMAC key of signed user identities; `None` trusts `user_id`.
@@ -71,6 +84,10 @@ impl Default for GuardSettings {
             admission_k: 0,
             max_in_flight: 4096,
             request_timeout: Duration::from_secs(10),
+            max_in_flight_per_ip: 256,
+            max_connections_per_ip: 256,
+            share_loopback: false,
+            claim_body_timeout: Duration::from_secs(2),
             trusted_proxies: Vec::new(),
             client_ip_header: "x-forwarded-for".into(),
             user_signing_key: None,
@@ -91,6 +108,10 @@ pub struct Guards {
     pub identity: Option<Identity>,
     pub client_ip: ClientIpPolicy,
     pub shed: Shedder,
+    /// Each client's share of the in-flight places.
+    pub in_flight_share: Arc<Share>,
+    /// Each client's share of the public listener's connections.
+    pub connection_share: Arc<Share>,
     pub metrics: GuardMetrics,
 }
 
@@ -117,6 +138,8 @@ impl Guards {
         let client_ip = ClientIpPolicy::new(&settings.trusted_proxies, &settings.client_ip_header)
             .map_err(anyhow::Error::msg)?;
         let shed = Shedder::new(settings.max_in_flight, settings.request_timeout);
+        let in_flight_share = Share::new(settings.max_in_flight_per_ip, settings.share_loopback);
+        let connection_share = Share::new(settings.max_connections_per_ip, settings.share_loopback);
         Ok(Arc::new(Self {
             settings,
             limiter,
@@ -125,6 +148,8 @@ impl Guards {
             identity,
             client_ip,
             shed,
+            in_flight_share,
+            connection_share,
             metrics: GuardMetrics::default(),
         }))
     }
@@ -251,6 +276,10 @@ impl Guards {
     /// This instance's exposition followed by the process-wide series.
     pub fn render_metrics(&self) -> String {
         self.metrics.refresh(&self.board, self.shed.in_flight());
+        self.metrics.shares_refused(
+            self.in_flight_share.refused(),
+            self.connection_share.refused(),
+        );
         self.metrics.registry.render() + &crate::telemetry::process::render()
     }
 }

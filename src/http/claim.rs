@@ -7,13 +7,13 @@
 //! body limit and timeout, the body's decoding, the engine call, the metrics — lives here
 //! once, so the two doors cannot drift apart.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -40,12 +40,8 @@ impl FromRequestParts<AppState> for ClientIp {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        // Served without connect info (a router driven in-process): no peer to key on.
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
-        Ok(ClientIp(app.guards.client_ip.resolve(peer, &parts.headers)))
+        let ip = super::arrival::client_ip(app, &parts.extensions, &parts.headers);
+        Ok(ClientIp(ip))
     }
 }
 
@@ -147,6 +143,24 @@ where
     let app = &*app;
     let start = Instant::now();
     let g = &app.guards;
+    let refuse = |e: ApiError| {
+        g.metrics
+            .claim(None, ClaimEnd::error(e.code, false), secs(start));
+        e.into_response()
+    };
+    let req = match super::arrival::arrived(app, req).await {
+        Ok(req) => req,
+        Err(e) => return refuse(e),
+    };
+    let Ok(_share) = g.in_flight_share.take(super::arrival::client_ip(
+        app,
+        req.extensions(),
+        req.headers(),
+    )) else {
+        return refuse(ApiError::overloaded(
+            "this client has too many requests in flight; retry shortly",
+        ));
+    };
     let Some(_place) = g.shed.try_enter() else {
         g.metrics.registry.shed.increment(1);
         let e = ApiError::overloaded("the service is at capacity; retry shortly");

@@ -6,6 +6,9 @@
 //! - **Idle timeout**: a connection with no request in progress and no byte of a next one
 //!   (keep-alive, or accepted and silent) is closed after it.
 //! - **Body timeout**: a request body must arrive in full within it ([`super::timed_body`]).
+//! - **A client's share**: one client address (IPv6: one /64) holds at most
+//!   `--max-connections-per-ip` connections; a new one beyond it is closed at accept
+//!   (`crate::guard::share`).
 //! - **Connection cap**: at most `max_connections` open connections. When a new connection
 //!   arrives at the cap, the oldest connection that has had no request in progress (still
 //!   sending its head, or idle) for at least a quarter of the head timeout is closed to make
@@ -30,6 +33,7 @@ use tokio::time::Instant;
 
 use super::fast::{Dispatch, FastClaims};
 use super::watchdog::{self, Clock, Watched};
+use crate::guard::share::Share;
 
 /// Limits of one listener's connections.
 #[derive(Debug, Clone)]
@@ -38,6 +42,9 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+    /// Each client address's share of the connections (`crate::guard::share`); `None`: no
+    /// per-address limit (the admin listener).
+    pub per_ip: Option<Arc<Share>>,
 }
 
 impl Default for ConnLimits {
@@ -47,6 +54,7 @@ impl Default for ConnLimits {
             idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),
             max_connections: 20_000,
+            per_ip: None,
         }
     }
 }
@@ -68,6 +76,7 @@ pub async fn serve(
     let mut open = Open::default();
     let mut cap_log = RareLog::default();
     let mut accept_log = RareLog::default();
+    let mut share_log = RareLog::default();
     tokio::pin!(shutdown);
     'accept: loop {
         let (stream, peer) = tokio::select! {
@@ -81,6 +90,17 @@ pub async fn serve(
                 }
             },
             _ = &mut shutdown => break,
+        };
+        // A client at its share is turned away before it can wait for a global place.
+        let share = match limits.per_ip.as_ref().map(|s| s.take(peer.ip())) {
+            Some(Err(_)) => {
+                share_log.note(|n| tracing::warn!(listener = name, client = %peer.ip(), times = n,
+                    "a client address holds its whole share of connections (--max-connections-per-ip); closing its new ones"));
+                drop(stream);
+                continue;
+            }
+            Some(Ok(taken)) => taken,
+            None => None,
         };
         let mut at_cap = false;
         let permit = loop {
@@ -125,6 +145,7 @@ pub async fn serve(
                 }
             }
             drop(permit);
+            drop(share);
         });
     }
     drop(listener);

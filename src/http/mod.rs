@@ -10,6 +10,7 @@
 //! fraction of the cost; see there). Every route is described in the OpenAPI document of
 //! [`openapi`] (`GET /openapi.json`, page at `/docs/`).
 
+mod arrival;
 mod claim;
 pub mod claim_body;
 mod dashboard;
@@ -278,6 +279,7 @@ pub async fn serve_all(
             tracing::info!(%addr, "seckill admin routes on http://{addr}");
             let admin_limits = ConnLimits {
                 max_connections: ADMIN_MAX_CONNECTIONS,
+                per_ip: None,
                 ..limits.clone()
             };
             let fut = listener::serve(listener, router, None, admin_limits, "admin", stopped());

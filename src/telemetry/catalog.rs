@@ -37,6 +37,7 @@ pub const CLAIMS: &str = "seckill_claims_total";
 pub const ENGINE_CLAIMS: &str = "seckill_engine_claims_total";
 pub const RATE_LIMITED: &str = "seckill_rate_limited_total";
 pub const SHED: &str = "seckill_shed_total";
+pub const SHARE_REFUSED: &str = "seckill_client_share_refused_total";
 pub const TIMEOUTS: &str = "seckill_timeouts_total";
 pub const IDENTITY_REFUSED: &str = "seckill_identity_refused_total";
 pub const IN_FLIGHT: &str = "seckill_in_flight";
@@ -71,6 +72,8 @@ pub const FAMILIES: &[Family] = &[
     f(ENGINE_CLAIMS, Counter, "", "Claims handed to the engine (all campaigns)"),
     f(RATE_LIMITED, Counter, "subject", "Claims refused 429 by a rate limit (user, ip, capacity)"),
     f(SHED, Counter, "", "Requests refused 503 by the in-flight bound"),
+    f(SHARE_REFUSED, Counter, "limit",
+      "Requests (limit=in_flight, 503) and connections (limit=connections, closed at accept) refused because one client address held its whole share"),
     f(TIMEOUTS, Counter, "", "Requests answered 503 by the request timeout"),
     f(IDENTITY_REFUSED, Counter, "", "Claims refused 401 for their identity token"),
     f(IN_FLIGHT, Gauge, "", "Public requests in flight"),

@@ -38,6 +38,8 @@ pub struct Registry {
     pub rate_limited_ip: Counter,
     pub rate_limited_capacity: Counter,
     pub shed: Counter,
+    pub share_refused_requests: Counter,
+    pub share_refused_connections: Counter,
     pub timeouts: Counter,
     pub identity_refused: Counter,
     pub in_flight: Gauge,
@@ -77,6 +79,10 @@ impl Registry {
             let labels = vec![Label::from_static_parts("subject", who)];
             recorder.register_counter(&Key::from_parts(catalog::RATE_LIMITED, labels), &META)
         };
+        let share = |limit: &'static str| {
+            let labels = vec![Label::from_static_parts("limit", limit)];
+            recorder.register_counter(&Key::from_parts(catalog::SHARE_REFUSED, labels), &META)
+        };
         let claim_latency = std::array::from_fn(|i| {
             let labels = vec![
                 Label::from_static_parts("route", "claim"),
@@ -92,6 +98,8 @@ impl Registry {
             rate_limited_ip: subject("ip"),
             rate_limited_capacity: subject("capacity"),
             shed: counter(catalog::SHED),
+            share_refused_requests: share("in_flight"),
+            share_refused_connections: share("connections"),
             timeouts: counter(catalog::TIMEOUTS),
             identity_refused: counter(catalog::IDENTITY_REFUSED),
             in_flight: recorder.register_gauge(&Key::from_static_name(catalog::IN_FLIGHT), &META),

@@ -236,3 +236,15 @@ macro_rules! conformance {
         }
     };
 }
+
+/// Holds the SQLite write lock of the ledger in `data` until dropped (or rolled back).
+pub async fn hold_ledger(data: &std::path::Path) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let db = format!("sqlite://{}", data.join("seckill.db").display());
+    let mut blocker = sqlx::SqliteConnection::connect(&db).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    blocker
+}

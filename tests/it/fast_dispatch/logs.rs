@@ -66,10 +66,10 @@ async fn a_5xx_is_logged_as_the_router_logs_it() {
     let servers = [serve(a.path(), false), serve(b.path(), true)];
     let mut shed = claim("shed", "open", r#"{"user_id":"mo"}"#);
     shed.busy = true;
-    for p in &servers {
+    for (p, data) in servers.iter().zip([a.path(), b.path()]) {
         let spec = json!({"id": "open", "stock": 10, "per_user_limit": 1});
         p.client().create_campaign(&spec).await.unwrap();
-        let answer = send(p.url.trim_start_matches("http://"), &shed).await;
+        let answer = send(p.url.trim_start_matches("http://"), data, &shed).await;
         assert!(answer.starts_with(b"HTTP/1.1 503"), "{answer:?}");
     }
     let started = Instant::now();

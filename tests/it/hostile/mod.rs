@@ -2,6 +2,7 @@
 //! connections, bodies that never finish, and one user flooding fresh Idempotency-Keys.
 
 mod idempotency;
+mod slow_bodies;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
