@@ -232,7 +232,7 @@ fn redis(c: &mut Criterion) {
                 .collect();
             let limits = seckill::engine::IdemLimits::default();
             let answers = scripts
-                .claim_batch(&mut conn, "bench", &claims, (60, &limits), 0)
+                .claim_batch(&mut conn, "bench", &claims, (60, &limits), "0")
                 .await;
             std::hint::black_box(answers.expect("batch answers"))
         }

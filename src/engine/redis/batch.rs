@@ -246,14 +246,14 @@ impl Batcher {
         let before = WaitReplicas::before(&conn);
         let required = match self.opts.replicas {
             Some(w) => w.required(&conn).await,
-            None => 0,
+            None => "0".to_owned(),
         };
         let call = self.scripts.claim_batch(
             &mut conn,
             campaign,
             &claims,
             (self.idem.0, &self.idem.1),
-            required,
+            &required,
         );
         let result = tokio::time::timeout(self.timeout, call)
             .await
@@ -315,8 +315,8 @@ impl Scripts {
         campaign: &str,
         claims: &[BatchClaim<'_>],
         (idem_ttl_secs, rejected): (u64, &IdemLimits),
-        // Replicas that must be in sync for the batch to run (0: no check).
-        replicas: u32,
+        // Replicas that must be in sync for the batch to run ("0": no check; claims.lua ARGV[5]).
+        replicas: &str,
     ) -> anyhow::Result<Vec<Claimed>> {
         let k = Keys::new(campaign);
         let mut inv = self.claims.prepare_invoke();

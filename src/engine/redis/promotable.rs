@@ -9,24 +9,27 @@
 //! `SENTINEL FAILOVER` a replica still following the old primary acknowledges writes that are
 //! thrown away when it is re-pointed.
 //!
-//! Behind Sentinel a wait therefore asks a majority of the sentinels (once per round trip,
-//! shared with every wait that began before it, errors included) for the primary, its flags
-//! and its replicas, and reads the primary's `INFO replication`:
+//! Behind Sentinel a wait therefore asks the sentinels (a majority must answer; one round
+//! trip shared with every wait that began before it, errors included) which replicas exist and
+//! their priorities, reads the primary's `INFO replication` (which replicas are online, and
+//! how far each has acknowledged), and counts a write only if:
 //!
-//! - every replica connected to the primary must acknowledge (`WAIT connected`), so whichever
-//!   candidate Sentinel picks has the write; a candidate Sentinel knows that is *not*
-//!   connected (it would be promoted with a stale copy) refuses the wait, and fewer than `n`
-//!   connected candidates refuse it too (`View::need`);
-//! - the wait counts only if the sentinels, asked after the replicas answered, agree that the
-//!   server written to is the primary and none sees it down (`s_down`, `o_down`) or has a
-//!   failover in progress: a promotion that began before the acknowledgements shows as one of
-//!   these (a failover takes seconds), and the promoted replica stops acknowledging the old
-//!   primary the moment it is promoted.
+//! - at least `n` replicas that have it (their acknowledged offset is at or past the write's)
+//!   have a priority no worse than every promotable replica that does not — whatever Sentinel
+//!   thinks of that one now: a replica that is down when the write is acknowledged may be up
+//!   again, stale, when the primary fails. Sentinel picks the lowest priority first and, at
+//!   equal priority, the highest offset, so it picks one that has the write (`View::acked`);
+//! - the sentinels, asked after the replicas answered, name the server written to as primary
+//!   (a majority of them), none has a failover in progress or sees the primary objectively
+//!   down, and a majority does not see it subjectively down: a promotion that began before the
+//!   acknowledgements shows as one of these (a failover takes seconds), and the promoted
+//!   replica stops acknowledging the old primary the moment it is promoted.
 //!
-//! The price: one lagging replica (even a priority-0 one) slows every wait
-//! (docs/SCALE_OUT.md, "Only acknowledgements a failover keeps count").
+//! Offsets, not `WAIT`'s count, say *which* replicas have the write. The `WAIT` only waits for
+//! the replicas that must answer (`View::need`), so a lagging replica Sentinel would pick after
+//! them (a priority-0 backup, say) slows nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -35,31 +38,38 @@ use tokio::sync::Mutex;
 
 use super::link::Link;
 
-type Addr = (String, u16);
+pub type Addr = (String, u16);
 
 /// How long one sentinel may take to answer: a silent one must not stall claim batches.
 const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A replica as the primary and the sentinels see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    pub addr: Addr,
+    /// Its `replica-priority` as a sentinel reports it (0: never promoted); one no sentinel
+    /// knows is taken as 1, the most preferred.
+    pub priority: u32,
+    /// Listed online by the primary.
+    pub online: bool,
+    /// The replication offset it acknowledged (0 when not online).
+    pub offset: u64,
+}
 
 /// What the sentinels and the primary said, asked at `asked`.
 #[derive(Debug, Clone)]
 pub struct View {
     pub asked: Instant,
-    /// The primary every answering sentinel names (`None` if they disagree).
+    /// The primary a majority of the sentinels names (`None` if none does).
     pub primary: Option<Addr>,
-    /// A sentinel has a failover in progress or sees the primary down.
+    /// A failover is in progress, or the primary is seen down.
     pub failover: bool,
-    /// Replicas online at the primary (its `INFO replication`).
-    pub connected: u32,
-    /// Of those, the ones every answering sentinel could promote.
-    pub candidates: u32,
-    /// Replicas some sentinel could promote that are not online at the primary.
-    pub stray: Vec<Addr>,
+    /// Every replica the primary lists or a sentinel knows.
+    pub replicas: Vec<Replica>,
 }
 
 impl View {
-    /// How many replicas a write to `server` must reach so that `n` replicas Sentinel could
-    /// promote, and every one it could pick, have it; the reason when none will do.
-    pub fn need(&self, n: u32, server: &ConnectionAddr) -> anyhow::Result<u32> {
+    fn usable(&self, server: &ConnectionAddr) -> anyhow::Result<()> {
         anyhow::ensure!(
             !self.failover,
             "a Sentinel failover is in progress or the primary is seen down"
@@ -73,17 +83,59 @@ impl View {
             "the sentinels name {:?} as the primary, not the server written to",
             self.primary
         );
+        Ok(())
+    }
+
+    /// The replicas a write to `server` must wait for: the online ones Sentinel would pick
+    /// before any promotable replica that is not online (at least `n` of them), or why no
+    /// wait could count.
+    pub fn need(&self, n: u32, server: &ConnectionAddr) -> anyhow::Result<Vec<Addr>> {
+        self.usable(server)?;
+        let worst = self
+            .replicas
+            .iter()
+            .filter(|r| r.priority > 0 && !r.online)
+            .map(|r| r.priority)
+            .min()
+            .unwrap_or(u32::MAX);
+        let ahead: Vec<Addr> = self
+            .replicas
+            .iter()
+            .filter(|r| r.priority > 0 && r.online && r.priority <= worst)
+            .map(|r| r.addr.clone())
+            .collect();
         anyhow::ensure!(
-            self.stray.is_empty(),
-            "replicas Sentinel could promote are not connected to the primary: {:?}",
-            self.stray
+            ahead.len() >= n as usize,
+            "{} connected replicas Sentinel would promote first, {n} required (replicas: {:?})",
+            ahead.len(),
+            self.replicas
         );
+        Ok(ahead)
+    }
+
+    /// Ok if a write to `server` at replication offset `written` survives a failover: `n`
+    /// replicas have it, each with a priority no worse than any promotable replica without it.
+    pub fn acked(&self, n: u32, server: &ConnectionAddr, written: u64) -> anyhow::Result<()> {
+        self.usable(server)?;
+        let has = |r: &Replica| r.online && r.offset >= written;
+        let worst = self
+            .replicas
+            .iter()
+            .filter(|r| r.priority > 0 && !has(r))
+            .map(|r| r.priority)
+            .min()
+            .unwrap_or(u32::MAX);
+        let good = self
+            .replicas
+            .iter()
+            .filter(|r| r.priority > 0 && has(r) && r.priority <= worst)
+            .count() as u32;
         anyhow::ensure!(
-            self.candidates >= n,
-            "{} connected replicas Sentinel could promote, {n} required",
-            self.candidates
+            good >= n,
+            "{good} replicas Sentinel would promote first have the write (offset {written}), {n} required (replicas: {:?})",
+            self.replicas
         );
-        Ok(self.connected)
+        Ok(())
     }
 }
 
@@ -107,12 +159,14 @@ fn config() -> AsyncConnectionConfig {
         .set_response_timeout(SENTINEL_TIMEOUT)
 }
 
-/// One sentinel's answer: the primary, whether a failover is near, the replicas it could
-/// promote.
+/// One sentinel's answer: the primary, whether it sees a failover (in progress, or the
+/// primary objectively down), whether it sees the primary subjectively down, and the
+/// replicas it knows with their priorities.
 struct Said {
     primary: Addr,
     failover: bool,
-    promotable: HashSet<Addr>,
+    s_down: bool,
+    replicas: HashMap<Addr, u32>,
 }
 
 impl Promotable {
@@ -149,10 +203,7 @@ impl Promotable {
             .request(redis::cmd("INFO").arg("replication"))
             .await
             .map_err(|e| anyhow::anyhow!("INFO replication of the primary failed: {e}"))?;
-        let connected: HashSet<Addr> =
-            connected_replicas(&redis::from_redis_value::<String>(&info)?)
-                .into_iter()
-                .collect();
+        let online = online_replicas(&redis::from_redis_value::<String>(&info)?);
         let answers =
             futures::future::join_all(self.sentinels.iter().map(|(info, conn)| async move {
                 let r = tokio::time::timeout(SENTINEL_TIMEOUT, self.ask_one(info, conn))
@@ -174,31 +225,45 @@ impl Promotable {
         }
         // A failover needs a majority of the sentinels: fewer answering could all be the
         // ones that have not heard of it.
+        let majority = self.sentinels.len() / 2 + 1;
         anyhow::ensure!(
-            said.len() * 2 > self.sentinels.len(),
+            said.len() >= majority,
             "{} of {} sentinels answered: {}",
             said.len(),
             self.sentinels.len(),
             last_err.map_or_else(|| "none given".to_owned(), |e| format!("{e:#}"))
         );
-        let first = &said[0].primary;
-        let agree = said.iter().all(|s| &s.primary == first);
-        let stray: HashSet<&Addr> = said
+        let primary = said
             .iter()
-            .flat_map(|s| s.promotable.iter())
-            .filter(|r| !connected.contains(*r))
-            .collect();
-        let candidates = connected
-            .iter()
-            .filter(|r| said.iter().all(|s| s.promotable.contains(*r)))
-            .count();
+            .map(|s| &s.primary)
+            .find(|p| said.iter().filter(|s| &s.primary == *p).count() >= majority)
+            .cloned();
+        let failover =
+            said.iter().any(|s| s.failover) || said.iter().filter(|s| s.s_down).count() >= majority;
+        let mut replicas: Vec<Replica> = Vec::new();
+        let known = said.iter().flat_map(|s| s.replicas.keys());
+        for addr in online.keys().chain(known) {
+            if replicas.iter().any(|r| &r.addr == addr) {
+                continue;
+            }
+            let priority = said
+                .iter()
+                .filter_map(|s| s.replicas.get(addr))
+                .min()
+                .copied()
+                .unwrap_or(1);
+            replicas.push(Replica {
+                addr: addr.clone(),
+                priority,
+                online: online.contains_key(addr),
+                offset: online.get(addr).copied().unwrap_or(0),
+            });
+        }
         Ok(View {
             asked,
-            primary: agree.then(|| first.clone()),
-            failover: said.iter().any(|s| s.failover),
-            connected: connected.len() as u32,
-            candidates: candidates as u32,
-            stray: stray.into_iter().cloned().collect(),
+            primary,
+            failover,
+            replicas,
         })
     }
 
@@ -233,27 +298,32 @@ impl Promotable {
                 .await?;
         let field = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
         let port: u16 = field(&master, "port").parse()?;
-        let failover = field(&master, "flags")
-            .split(',')
-            .any(|f| matches!(f, "failover_in_progress" | "s_down" | "o_down"));
-        let down_after: u64 = field(&master, "down-after-milliseconds")
-            .parse()
-            .unwrap_or(30_000);
-        let promotable = replicas
+        let flags = field(&master, "flags");
+        let flag = |f: &str| flags.split(',').any(|x| x == f);
+        let replicas = replicas
             .iter()
-            .filter(|r| promotable(r, down_after))
-            .filter_map(|r| Some((field(r, "ip"), field(r, "port").parse().ok()?)))
+            .filter_map(|r| {
+                let addr = (field(r, "ip"), field(r, "port").parse().ok()?);
+                let priority = r
+                    .get("slave-priority")
+                    .or(r.get("replica-priority"))
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(1);
+                Some((addr, priority))
+            })
             .collect();
         Ok(Said {
             primary: (field(&master, "ip"), port),
-            failover,
-            promotable,
+            failover: flag("failover_in_progress") || flag("o_down"),
+            s_down: flag("s_down"),
+            replicas,
         })
     }
 }
 
-/// The replicas `INFO replication` of a primary lists as online.
-fn connected_replicas(info: &str) -> Vec<Addr> {
+/// The replicas `INFO replication` of a primary lists as online, with the offset each
+/// acknowledged.
+fn online_replicas(info: &str) -> HashMap<Addr, u64> {
     info.lines()
         .filter(|l| l.starts_with("slave") && l.contains(":ip="))
         .filter_map(|l| {
@@ -263,80 +333,91 @@ fn connected_replicas(info: &str) -> Vec<Addr> {
                 .split(',')
                 .filter_map(|kv| kv.split_once('='))
                 .collect();
-            (fields.get("state") == Some(&"online")).then(|| {
-                Some((
-                    fields.get("ip")?.to_string(),
-                    fields.get("port")?.parse().ok()?,
-                ))
-            })?
+            if fields.get("state") != Some(&"online") {
+                return None;
+            }
+            let addr = (
+                fields.get("ip")?.to_string(),
+                fields.get("port")?.parse().ok()?,
+            );
+            Some((addr, fields.get("offset")?.parse().ok()?))
         })
         .collect()
 }
 
-/// Whether Sentinel could pick this replica: not priority 0, not seen down, and not cut off
-/// from the primary for longer than Sentinel's own limit (ten down-after periods).
-fn promotable(replica: &HashMap<String, String>, down_after_ms: u64) -> bool {
-    let priority = replica
-        .get("slave-priority")
-        .or(replica.get("replica-priority"));
-    let flags = replica.get("flags").map(String::as_str).unwrap_or_default();
-    let cut_off = replica.get("master-link-status").map(String::as_str) == Some("err")
-        && replica
-            .get("master-link-down-time")
-            .and_then(|t| t.parse::<u64>().ok())
-            .is_some_and(|ms| ms > down_after_ms.saturating_mul(10));
-    priority.is_some_and(|p| p != "0")
-        && !cut_off
-        && !flags
-            .split(',')
-            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+/// `master_repl_offset` of an `INFO replication` answer.
+pub fn primary_offset(info: &str) -> anyhow::Result<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("INFO replication has no master_repl_offset"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn view(connected: u32, candidates: u32, stray: usize) -> View {
+    fn r(port: u16, priority: u32, online: bool, offset: u64) -> Replica {
+        Replica {
+            addr: ("127.0.0.1".into(), port),
+            priority,
+            online,
+            offset,
+        }
+    }
+
+    fn view(replicas: Vec<Replica>) -> View {
         View {
             asked: Instant::now(),
             primary: Some(("127.0.0.1".into(), 7000)),
             failover: false,
-            connected,
-            candidates,
-            stray: vec![("127.0.0.1".into(), 7009); stray],
+            replicas,
         }
     }
 
+    const SERVER: fn() -> ConnectionAddr = || ConnectionAddr::Tcp("127.0.0.1".into(), 7000);
+
     #[test]
-    fn every_connected_replica_must_acknowledge_and_every_candidate_be_connected() {
-        let server = ConnectionAddr::Tcp("127.0.0.1".into(), 7000);
-        assert_eq!(view(3, 2, 0).need(1, &server).unwrap(), 3);
-        assert!(view(3, 2, 1).need(1, &server).is_err(), "a stray candidate");
-        assert!(
-            view(2, 0, 0).need(1, &server).is_err(),
-            "only priority-0 replicas"
-        );
-        let other = ConnectionAddr::Tcp("127.0.0.1".into(), 7001);
-        assert!(view(3, 2, 0).need(1, &other).is_err(), "not the primary");
-        let mut v = view(3, 2, 0);
-        v.failover = true;
-        assert!(v.need(1, &server).is_err());
+    fn a_write_counts_only_where_sentinel_would_pick_a_replica_that_has_it() {
+        let s = SERVER();
+        // Two equal replicas, one down: the other has it and is preferred at equal priority.
+        let v = view(vec![r(1, 100, true, 50), r(2, 100, false, 0)]);
+        assert_eq!(v.need(1, &s).unwrap().len(), 1);
+        assert!(v.acked(1, &s, 50).is_ok());
+        assert!(v.acked(1, &s, 51).is_err(), "nobody has offset 51");
+        // A better-priority replica without the write (lagging, or down now and back later).
+        let v = view(vec![r(1, 100, true, 50), r(2, 2, true, 10)]);
+        assert_eq!(v.need(1, &s).unwrap().len(), 2, "both must answer");
+        assert!(v.acked(1, &s, 50).is_err());
+        let v = view(vec![r(1, 100, true, 50), r(2, 2, false, 0)]);
+        assert!(v.need(1, &s).is_err(), "the favourite is not connected");
+        // A priority-0 replica neither counts nor is waited for.
+        let v = view(vec![r(1, 100, true, 50), r(2, 0, true, 10)]);
+        assert_eq!(v.need(1, &s).unwrap().len(), 1);
+        assert!(v.acked(1, &s, 50).is_ok());
+        let v = view(vec![r(1, 100, false, 0), r(2, 0, true, 50)]);
+        assert!(v.need(1, &s).is_err());
+        assert!(v.acked(1, &s, 50).is_err());
     }
 
     #[test]
-    fn a_replica_cut_off_longer_than_sentinel_allows_is_not_a_candidate() {
-        let r = |status: &str, down: &str, prio: &str, flags: &str| {
-            HashMap::from([
-                ("master-link-status".to_owned(), status.to_owned()),
-                ("master-link-down-time".to_owned(), down.to_owned()),
-                ("slave-priority".to_owned(), prio.to_owned()),
-                ("flags".to_owned(), flags.to_owned()),
-            ])
-        };
-        assert!(promotable(&r("ok", "0", "100", "slave"), 5000));
-        assert!(promotable(&r("err", "2000", "100", "slave"), 5000));
-        assert!(!promotable(&r("err", "60000", "100", "slave"), 5000));
-        assert!(!promotable(&r("ok", "0", "0", "slave"), 5000));
-        assert!(!promotable(&r("ok", "0", "100", "slave,s_down"), 5000));
+    fn no_wait_counts_during_a_failover_or_on_another_primary() {
+        let mut v = view(vec![r(1, 100, true, 50)]);
+        let other = ConnectionAddr::Tcp("127.0.0.1".into(), 7001);
+        assert!(v.acked(1, &other, 50).is_err());
+        v.failover = true;
+        assert!(v.acked(1, &SERVER(), 50).is_err());
+    }
+
+    #[test]
+    fn info_replication_is_read_with_offsets() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+                    slave0:ip=127.0.0.1,port=7001,state=online,offset=120,lag=0\r\n\
+                    slave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=0,lag=0\r\n\
+                    master_repl_offset:130\r\n";
+        let online = online_replicas(info);
+        assert_eq!(online.len(), 1);
+        assert_eq!(online[&("127.0.0.1".to_owned(), 7001)], 120);
+        assert_eq!(primary_offset(info).unwrap(), 130);
     }
 }

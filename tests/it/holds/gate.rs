@@ -101,7 +101,7 @@ async fn confirms_cancels_and_two_sweepers_racing_pay_by_resolve_each_order_once
             })
             .collect();
         let answers = scripts
-            .claim_batch(&mut conn, id, &batch, (86400, &limits()), 0)
+            .claim_batch(&mut conn, id, &batch, (86400, &limits()), "0")
             .await
             .unwrap();
         for (u, c) in part.iter().zip(answers) {

@@ -144,7 +144,7 @@ async fn decide_alike(hold: Option<u32>) {
             })
             .collect();
         let answers = scripts
-            .claim_batch(&mut conn, "many", &batch, (86400, &limits), 0)
+            .claim_batch(&mut conn, "many", &batch, (86400, &limits), "0")
             .await
             .unwrap();
         many.extend(answers.iter().map(|c| describe(c, "many")));

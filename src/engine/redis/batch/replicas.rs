@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::engine::redis::link::Link;
+use crate::engine::redis::promotable;
 use crate::engine::redis::{Health, RedisConn};
 
 /// The key every `WAIT` is preceded by a write to.
@@ -62,94 +62,109 @@ impl WaitReplicas {
         conn.link().map(|l| l.health())
     }
 
-    /// How many connected replicas a claim batch needs in sync before it runs: `replicas`,
-    /// or behind Sentinel every connected replica (`promotable.rs`), or [`NONE_WILL_DO`]
-    /// when no wait could count (a failover near, a candidate not connected, too few
-    /// sentinels answering): the batch then changes nothing.
-    pub async fn required(&self, conn: &RedisConn) -> u32 {
+    /// What a claim batch checks before it runs (`claims.lua` ARGV[5]): how many replicas
+    /// must be online and in sync — behind Sentinel, among which ones (`promotable.rs`) — or
+    /// [`NONE_WILL_DO`] when no wait could count (a failover near, a favourite replica not
+    /// connected, too few sentinels answering): the batch then changes nothing.
+    pub async fn required(&self, conn: &RedisConn) -> String {
         let Some(link) = conn.link() else {
-            return self.replicas;
+            return self.replicas.to_string();
         };
-        if link.promotable().is_none() {
-            return self.replicas;
-        }
+        let Some(p) = link.promotable() else {
+            return self.replicas.to_string();
+        };
         let recent = Instant::now()
             .checked_sub(VIEW_REUSE)
             .unwrap_or_else(Instant::now);
-        match self.sentinel_need(link, recent).await {
-            Ok(need) => need,
+        let ahead = async {
+            let view = p.view_since(recent, link).await?;
+            let (_, addr) = link.server().context("the Redis connection is down")?;
+            view.need(self.replicas, &addr)
+        };
+        match ahead.await {
+            Ok(ahead) => {
+                let mut spec = ahead.len().to_string();
+                for (host, port) in ahead {
+                    spec.push_str(&format!(" {host}:{port}"));
+                }
+                spec
+            }
             Err(e) => {
                 tracing::debug!(error = %format!("{e:#}"), "no replica wait can count before a claim batch");
-                NONE_WILL_DO
+                NONE_WILL_DO.to_string()
             }
         }
     }
 
-    /// Behind Sentinel: the replicas a write to the linked server must reach, from a view
-    /// asked at or after `since`.
-    async fn sentinel_need(&self, link: &Link, since: Instant) -> anyhow::Result<u32> {
-        let p = link.promotable().context("not behind Sentinel")?;
-        let view = p.view_since(since, link).await?;
-        let (_, addr) = link.server().context("the Redis connection is down")?;
-        view.need(self.replicas, &addr)
-    }
-
     /// Ok once `replicas` replicas that could carry the writes through a failover — behind
-    /// Sentinel, every replica it could pick — have everything written on `conn`'s server so
-    /// far, and the link is still the one of `before` (so the writes checked are the
-    /// caller's).
+    /// Sentinel, ones it would pick before any replica without them — have everything written
+    /// on `conn`'s server so far, and the link is still the one of `before` (so the writes
+    /// checked are the caller's).
     pub async fn confirm(&self, conn: &RedisConn, before: Option<Health>) -> anyhow::Result<()> {
         let link = conn
             .link()
             .ok_or_else(|| anyhow::anyhow!("WAIT is not used with Redis Cluster"))?;
-        let recent = Instant::now()
-            .checked_sub(VIEW_REUSE)
-            .unwrap_or_else(Instant::now);
-        let need = match link.promotable() {
-            Some(_) => self.sentinel_need(link, recent).await?,
+        let (generation, addr) = link.server().context("the Redis connection is down")?;
+        let same_link = |why: &str| -> anyhow::Result<()> {
+            let now = Some(link.health());
+            anyhow::ensure!(
+                now == before && before.is_some_and(|h| h.up && h.generation == generation),
+                "the Redis connection changed {why}"
+            );
+            Ok(())
+        };
+        same_link("before waiting for replicas")?;
+        let sentinel = link.promotable();
+        let need = match sentinel {
+            Some(p) => {
+                let recent = Instant::now()
+                    .checked_sub(VIEW_REUSE)
+                    .unwrap_or_else(Instant::now);
+                let ahead = p
+                    .view_since(recent, link)
+                    .await?
+                    .need(self.replicas, &addr)?;
+                ahead.len() as u32
+            }
             None => self.replicas,
         };
-        let server = link.server();
         let mut pipe = redis::pipe();
         pipe.cmd("INCR").arg(FENCE_KEY);
+        pipe.cmd("INFO").arg("replication");
         pipe.cmd("WAIT")
             .arg(need)
             .arg(self.timeout.as_millis() as u64);
         // The fence write is not a claim: it goes over the plain (ungated) link.
         let reply = link
-            .request_many(&pipe, 0, 2)
+            .request_many(&pipe, 0, 3)
             .await
             // Not a `RedisError` any more: a failed WAIT never means "not executed".
             .map_err(|e| anyhow::anyhow!("WAIT for replicas failed: {e}"))?;
         let acked_at = Instant::now();
-        let acked: i64 = match reply.as_slice() {
-            [_, v] => redis::from_redis_value(v)?,
+        let (written, acked): (u64, i64) = match reply.as_slice() {
+            [_, info, v] => (
+                promotable::primary_offset(&redis::from_redis_value::<String>(info)?)?,
+                redis::from_redis_value(v)?,
+            ),
             _ => anyhow::bail!("WAIT for replicas answered {reply:?}"),
         };
-        let after = Some(link.health());
-        anyhow::ensure!(
-            after == before && before.is_some_and(|h| h.up),
-            "the Redis connection changed while waiting for replicas"
-        );
-        anyhow::ensure!(
-            acked >= i64::from(need),
-            "{acked} of {need} replicas acknowledged within {:?}",
-            self.timeout
-        );
-        if link.promotable().is_some() {
-            // Asked after the replicas answered: a promotion begun before shows in it, and a
-            // replica that connected meanwhile raises what the write must have reached.
-            let (generation, _) = server.context("the Redis connection is down")?;
-            anyhow::ensure!(
-                before.is_some_and(|h| h.generation == generation),
-                "the Redis connection changed while waiting for replicas"
-            );
-            let now_need = self.sentinel_need(link, acked_at).await?;
-            anyhow::ensure!(
-                acked >= i64::from(now_need),
-                "{acked} replicas acknowledged, {now_need} connected now"
-            );
+        same_link("while waiting for replicas")?;
+        match sentinel {
+            // Which replicas have the write, from their offsets, asked after they answered:
+            // a promotion begun before shows in it too.
+            Some(p) => {
+                let view = p.view_since(acked_at, link).await?;
+                same_link("while asking the sentinels")?;
+                view.acked(self.replicas, &addr, written)
+            }
+            None => {
+                anyhow::ensure!(
+                    acked >= i64::from(need),
+                    "{acked} of {need} replicas acknowledged within {:?}",
+                    self.timeout
+                );
+                Ok(())
+            }
         }
-        Ok(())
     }
 }

@@ -35,8 +35,9 @@
 -- ARGV[5] replicas that must be connected and in sync for the batch to run ('0' = no check;
 --         `--redis-wait-replicas`): with fewer, nothing is decided and nothing written, so a
 --         batch whose WAIT could not succeed never takes stock it cannot answer for. Behind
---         Sentinel the caller adds the connected replicas Sentinel would not promote, and
---         sends 4294967295 while a failover is under way (promotable.rs)
+--         Sentinel: the count followed by the replicas that may count, as ' host:port' each
+--         (the ones Sentinel would promote first), or 4294967295 while no wait can count
+--         (promotable.rs)
 -- ARGV[6…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
 --         validated by the caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
 --
@@ -71,12 +72,20 @@ elseif status and m[3] ~= '' and now >= tonumber(m[3]) then shared = answer('end
 -- A replica counts when it is online and acknowledged the primary within the last 2 s (it
 -- sends an acknowledgement every second): one that stopped answering is not waited for.
 local replicas_short = false
-local need = tonumber(ARGV[5])
+local need = tonumber(string.match(ARGV[5], '^%d+'))
 if need > 0 then
+  local among = nil
+  for a in string.gmatch(ARGV[5], ' (%S+)') do
+    among = among or {}
+    among[a] = true
+  end
   local info = redis.call('INFO', 'replication')
   local ok = 0
-  for state, lag in string.gmatch(info, 'slave%d+:[^\r\n]-state=(%a+),[^\r\n]-lag=(%d+)') do
-    if state == 'online' and tonumber(lag) <= 2 then ok = ok + 1 end
+  for ip, port, state, lag in string.gmatch(info,
+      'slave%d+:ip=([^,\r\n]+),port=(%d+),state=(%a+),[^\r\n]-lag=(%d+)') do
+    if state == 'online' and tonumber(lag) <= 2 and (not among or among[ip .. ':' .. port]) then
+      ok = ok + 1
+    end
   end
   replicas_short = ok < need
 end
