@@ -22,7 +22,7 @@ pub struct GuardArgs {
     #[arg(long, env = "SECKILL_RATE_PER_IP")]
     pub rate_per_ip: Option<Rate>,
 
-    /// Most rate-limit buckets kept in memory; new keys beyond it are refused (429).
+    /// Most rate-limit buckets kept in memory; beyond it the least recently charged are forgotten.
     #[arg(long, env = "SECKILL_RATE_MAX_KEYS", default_value_t = 1_000_000)]
     pub rate_max_keys: usize,
 

@@ -89,4 +89,10 @@ pub trait RateLimiter: Send + Sync + 'static {
     /// Charges one request to every bucket in `checks`, all or nothing: when one refuses,
     /// none stays charged and the refusal names the limit that refused.
     async fn acquire(&self, checks: &[Check<'_>]) -> Result<(), Limited>;
+
+    /// Live buckets forgotten because the table was full (a limiter whose keys expire on
+    /// their own, like Redis's, forgets none).
+    fn evicted(&self) -> u64 {
+        0
+    }
 }

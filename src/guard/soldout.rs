@@ -161,6 +161,9 @@ impl StockEntry {
 pub struct StockBoard {
     entries: RwLock<HashMap<String, Arc<StockEntry>>>,
     users: RandomState,
+    /// Every campaign that exists is registered here (the embedded deployment's own board);
+    /// a scale-out board learns of campaigns other instances create late.
+    complete: std::sync::atomic::AtomicBool,
 }
 
 impl StockBoard {
@@ -183,6 +186,18 @@ impl StockBoard {
         });
         self.entries.write().insert(id.to_owned(), entry.clone());
         entry
+    }
+
+    /// Declares that every campaign that exists is registered (see [`Self::may_exist`]).
+    pub fn mark_complete(&self) {
+        self.complete.store(true, Ordering::SeqCst);
+    }
+
+    /// False only when the campaign certainly does not exist: the board is complete and does
+    /// not hold it. Per-user rate buckets are charged only for campaigns that may exist, so
+    /// made-up campaign ids cannot fill the rate-limit table.
+    pub fn may_exist(&self, entry: Option<&Arc<StockEntry>>) -> bool {
+        entry.is_some() || !self.complete.load(Ordering::SeqCst)
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<StockEntry>> {

@@ -236,9 +236,11 @@ async fn decide(
             return Err(unauthorized(e));
         }
     }
-    g.limit_user(&id, &body.user_id)
-        .await
-        .map_err(rate_limited)?;
+    if g.board.may_exist(entry) {
+        g.limit_user(&id, &body.user_id)
+            .await
+            .map_err(rate_limited)?;
+    }
     if g.sold_out_fast(entry.map(|e| &**e), &body.user_id, body.qty, key.is_some()) {
         return Ok((sold_out_answer(), Outcome::SoldOut));
     }

@@ -41,7 +41,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use tower::{Layer, Service, ServiceExt};
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::trace::{DefaultOnFailure, OnFailure};
+use tower_http::trace::OnFailure;
 
 use super::listener::ends_with;
 use super::timed_body::TimedBody;
@@ -84,7 +84,7 @@ fn as_routed(answer: std::thread::Result<Response>, start: Instant) -> Response 
     };
     if resp.status().is_server_error() {
         let class = ServerErrorsFailureClass::StatusCode(resp.status());
-        DefaultOnFailure::new().on_failure(class, start.elapsed(), &tracing::Span::none());
+        super::refusals::Refusals.on_failure(class, start.elapsed(), &tracing::Span::none());
     }
     with_length(resp)
 }

@@ -25,6 +25,7 @@ pub mod listener;
 mod locks;
 pub mod openapi;
 mod openapi_rules;
+mod refusals;
 mod timed;
 mod timed_body;
 mod watchdog;
@@ -191,7 +192,7 @@ pub fn routers(
         r.fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(opts.max_body))
-            .layer(TraceLayer::new_for_http())
+            .layer(TraceLayer::new_for_http().on_failure(refusals::Refusals))
             .layer(CatchPanicLayer::custom(|_| panic_answer()))
             .with_state(state.clone())
     };

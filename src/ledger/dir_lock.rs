@@ -27,6 +27,7 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        private(dir, 0o700)?;
         let path = dir.join("seckill.lock");
         let mut file = OpenOptions::new()
             .read(true)
@@ -57,6 +58,20 @@ impl DirLock {
         writeln!(file, "{}", std::process::id())?;
         Ok(Self { _file: file, path })
     }
+}
+
+/// Makes `path` readable by its owner only (`mode`: 0o700 for the data directory, 0o600 for
+/// the ledger's files): the ledger holds every unclaimed prize code and every buyer's id.
+pub fn private(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(()); // not created yet (a WAL file before the first write)
+    };
+    if meta.permissions().mode() & 0o777 != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot make {} private ({mode:o})", path.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -69,6 +69,14 @@ impl SqliteLedger {
             .await
             .with_context(|| format!("cannot open ledger {}", path.display()))?;
         super::migrations::run_sqlite(&mut writer).await?;
+        for file in [
+            "seckill.db",
+            "seckill.db-wal",
+            "seckill.db-shm",
+            "seckill.lock",
+        ] {
+            super::dir_lock::private(&dir.join(file), 0o600)?;
+        }
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts.clone().read_only(true))

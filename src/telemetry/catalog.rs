@@ -37,6 +37,7 @@ pub const CLAIMS: &str = "seckill_claims_total";
 pub const ENGINE_CLAIMS: &str = "seckill_engine_claims_total";
 pub const RATE_LIMITED: &str = "seckill_rate_limited_total";
 pub const SHED: &str = "seckill_shed_total";
+pub const RATE_KEYS_EVICTED: &str = "seckill_rate_keys_evicted_total";
 pub const SHARE_REFUSED: &str = "seckill_client_share_refused_total";
 pub const TIMEOUTS: &str = "seckill_timeouts_total";
 pub const IDENTITY_REFUSED: &str = "seckill_identity_refused_total";
@@ -70,8 +71,10 @@ pub const FAMILIES: &[Family] = &[
     f(CLAIMS, Counter, "campaign, outcome",
       "Claim answers by campaign (known campaigns; `other` for unknown ids and beyond the label cap) and outcome"),
     f(ENGINE_CLAIMS, Counter, "", "Claims handed to the engine (all campaigns)"),
-    f(RATE_LIMITED, Counter, "subject", "Claims refused 429 by a rate limit (user, ip, capacity)"),
+    f(RATE_LIMITED, Counter, "subject", "Claims refused 429 by a rate limit (user, ip; capacity is no longer used: a full table forgets old buckets)"),
     f(SHED, Counter, "", "Requests refused 503 by the in-flight bound"),
+    f(RATE_KEYS_EVICTED, Counter, "",
+      "Live rate-limit buckets forgotten because the table was full (--rate-max-keys; embedded): each only loosens one key's rate"),
     f(SHARE_REFUSED, Counter, "limit",
       "Requests (limit=in_flight, 503) and connections (limit=connections, closed at accept) refused because one client address held its whole share"),
     f(TIMEOUTS, Counter, "", "Requests answered 503 by the request timeout"),

@@ -43,6 +43,11 @@ async fn serve_reads_its_settings_from_the_environment() {
         dir.path().join("seckill.db").exists(),
         "the ledger lives in SECKILL_DATA"
     );
+    // The ledger holds every unclaimed prize code: nobody but its owner reads it.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir.path()), 0o700, "data directory");
+    assert_eq!(mode(&dir.path().join("seckill.db")), 0o600, "seckill.db");
     let client = seckill::bench::client::Client::new(&p.url, "from-env");
     client
         .create_campaign(&serde_json::json!({"id": "env", "stock": 1}))

@@ -98,6 +98,8 @@ impl Embedded {
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
         let campaigns =
             recover::load_cells(&*ledger, &board, ttl, idem_limits, commit.epoch()).await?;
+        // Every campaign is created through this process, which registers it first.
+        board.mark_complete();
         let me = Arc::new_cyclic(|me| Self {
             campaigns: RwLock::new(campaigns),
             board,

@@ -213,3 +213,48 @@ async fn campaign_limits_survive_a_restart_and_bad_ones_change_nothing() {
     assert_eq!((ok, limited), (2, 4));
     server.stop().await.unwrap();
 }
+
+/// A flood of made-up user ids never locks a real buyer out: user buckets are charged only for
+/// campaigns that exist, and a full table forgets its oldest buckets instead of refusing new
+/// keys. Before, 3,000 fresh ids to a campaign that does not exist filled the 640-key table
+/// and alice, bob and carol were answered 429 `capacity` for up to an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_fresh_user_ids_never_locks_out_a_real_buyer() {
+    use seckill::bench::fire::{storm, Shot};
+    let app = App::spawn_with(|c: &mut ServeConfig| {
+        c.guard.rate_per_user = Some("1/h".parse().unwrap());
+        c.guard.rate_max_keys = 640;
+    })
+    .await;
+    app.create(json!({"id": "real", "stock": 10_000})).await;
+    let fresh = |tag: &str| -> Vec<Shot> {
+        (0..3000)
+            .map(|i| Shot {
+                user: format!("{tag}-{i}"),
+                qty: 1,
+                key: None,
+            })
+            .collect()
+    };
+    let made_up = storm(&app.client, "made-up", fresh("ghost"), 64).await;
+    assert_eq!(
+        made_up.refused.get(&404),
+        Some(&3000),
+        "{:?}",
+        made_up.refused
+    );
+    let real = storm(&app.client, "real", fresh("spoof"), 64).await;
+    assert_eq!(real.count("won"), 3000, "{:?}", real.refused);
+    for buyer in ["alice", "bob", "carol"] {
+        let (s, _, body) =
+            claim_raw(&app.client.url(""), "real", json!({"user_id": buyer}), &[]).await;
+        assert_eq!(s, StatusCode::OK, "{buyer}'s first claim: {body}");
+        let (s, _, body) =
+            claim_raw(&app.client.url(""), "real", json!({"user_id": buyer}), &[]).await;
+        assert_eq!(
+            s,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{buyer}'s second claim: {body}"
+        );
+    }
+}
