@@ -131,6 +131,7 @@ impl Supervisor {
                 deaths.push(Instant::now());
                 if deaths.len() >= CRASH_LIMIT {
                     tracing::error!(task = name, deaths = deaths.len(), "background task {why}; it keeps dying, exiting so the process supervisor restarts seckill");
+                    crate::telemetry::flush_logs();
                     std::process::exit(CRASH_EXIT);
                 }
                 tracing::error!(

@@ -81,6 +81,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
+            crate::telemetry::flush_logs();
             return ExitCode::FAILURE;
         }
     };
@@ -96,13 +97,16 @@ pub fn main() -> ExitCode {
             Command::Baseline(opts) => baseline::run(opts).await,
         }
     });
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    drop(runtime);
+    crate::telemetry::flush_logs();
+    code
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub struct NewCampaignBody {
     pub stock: Option<u64>,
     /// Unique codes, one per unit (code campaigns): 1 … 10^6 unique printable strings of
     /// 1–128 bytes.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::validate::bounded_codes")]
     #[schema(min_items = 1, max_items = 1_000_000)]
     pub codes: Option<Vec<String>>,
     /// Most units one user may hold (default 1).
@@ -210,7 +210,7 @@ pub struct RestockBody {
     #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub units: Option<u64>,
     /// Codes to add (code campaigns); none the campaign already has (409).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::validate::bounded_codes")]
     #[schema(min_items = 1, max_items = 1_000_000)]
     pub codes: Option<Vec<String>>,
 }

@@ -60,6 +60,46 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), Error> {
     printable("Idempotency-Key", key)
 }
 
+/// `codes` of a request body, counted while it is parsed: the parse stops at the first code
+/// beyond [`MAX_CODES`] instead of building the whole list first (a restock body may be
+/// 256 MiB; holding tens of millions of strings before refusing them cost memory for nothing).
+/// Use as `#[serde(default, deserialize_with = "bounded_codes")]`.
+pub fn bounded_codes<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    struct Codes(Vec<String>);
+    struct Counting;
+    impl<'de> serde::de::Visitor<'de> for Counting {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_CODES} codes")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut codes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(code) = seq.next_element::<String>()? {
+                if codes.len() == MAX_CODES {
+                    return Err(serde::de::Error::custom(format!(
+                        "codes must hold 1 to {MAX_CODES} entries, got more"
+                    )));
+                }
+                codes.push(code);
+            }
+            Ok(codes)
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Codes {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_seq(Counting).map(Codes)
+        }
+    }
+    Ok(<Option<Codes> as serde::Deserialize>::deserialize(d)?.map(|c| c.0))
+}
+
 /// A list of codes for a new campaign or a restock: 1 … 10^6 unique non-empty strings ≤ 128 bytes.
 pub fn validate_codes(codes: &[String]) -> Result<(), Error> {
     if codes.is_empty() || codes.len() > MAX_CODES {
@@ -117,5 +157,29 @@ mod tests {
         assert!(validate_codes(&["a".into(), "a".into()]).is_err());
         assert!(validate_codes(&["".into()]).is_err());
         assert!(validate_codes(&["a".into(), "b".into()]).is_ok());
+    }
+
+    #[test]
+    fn codes_are_counted_while_parsed() {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            #[serde(default, deserialize_with = "bounded_codes")]
+            codes: Option<Vec<String>>,
+        }
+        let list = |n: usize| {
+            let codes: Vec<String> = (0..n).map(|i| format!("\"c{i}\"")).collect();
+            format!("{{\"codes\": [{}]}}", codes.join(","))
+        };
+        let at_limit: Body = serde_json::from_str(&list(MAX_CODES)).unwrap();
+        assert_eq!(at_limit.codes.unwrap().len(), MAX_CODES);
+        let err = serde_json::from_str::<Body>(&list(MAX_CODES + 1))
+            .err()
+            .expect("one more is refused");
+        assert!(err.to_string().contains("got more"), "{err}");
+        assert!(serde_json::from_str::<Body>("{}").unwrap().codes.is_none());
+        assert!(serde_json::from_str::<Body>(r#"{"codes": null}"#)
+            .unwrap()
+            .codes
+            .is_none());
     }
 }

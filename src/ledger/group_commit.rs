@@ -127,6 +127,7 @@ impl GroupCommit {
             if let Err(e) = task.await {
                 if e.is_panic() {
                     tracing::error!(error = %e, "the ledger writer died; exiting so recovery runs on restart");
+                    crate::telemetry::flush_logs();
                     std::process::exit(70);
                 }
             }

@@ -1,6 +1,9 @@
 //! Logs and metrics.
 //!
-//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info`). Metrics: the
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info`), written by a
+//! background thread (`tracing-appender`): a request never waits for stderr, and when the
+//! buffer (128,000 lines) is full under a flood, lines are dropped rather than requests slowed.
+//! [`flush_logs`] writes out what is buffered; every exit path calls it. Metrics: the
 //! `metrics` facade with the Prometheus exporter — each server instance has its own recorder
 //! ([`registry`]), process-wide series (process, group commit, Redis scripts, pipeline) go to
 //! the global one ([`process`]); `GET /metrics` renders both. Every metric is listed in
@@ -20,19 +23,33 @@ use tracing_subscriber::EnvFilter;
 
 pub use registry::Registry;
 
+/// Keeps the log writer thread; dropped by [`flush_logs`].
+static LOG_GUARD: Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> = Mutex::new(None);
+
 pub fn init(json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
-    let _ = if json {
+    let installed = if json {
         builder.json().try_init()
     } else {
         builder.try_init()
     };
+    if installed.is_ok() {
+        *LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+    }
+}
+
+/// Writes out every buffered log line and stops the writer thread: call it right before the
+/// process exits (later lines are lost).
+pub fn flush_logs() {
+    let guard = LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(guard);
 }
 
 /// The exporter settings of every recorder: histograms with buckets (so Prometheus can
