@@ -9,6 +9,7 @@ mod cancel;
 mod cancel_outage;
 mod cluster;
 mod cluster_outage;
+mod cluster_reset;
 mod fail_open;
 mod guards;
 mod holders;

@@ -118,6 +118,40 @@ impl RedisCluster {
                 RedisServer::start(&args)
             })
             .collect();
+        Self::create(nodes)
+    }
+
+    /// Three masters that announce `announce[i]` as their client port (a proxy in front of
+    /// each, say): the slot map every cluster client reads names those ports. `started` gets
+    /// the nodes' own ports before the cluster is created (through the announced ports).
+    pub fn start_announcing(announce: [u16; 3], started: impl FnOnce(&[u16])) -> RedisCluster {
+        let nodes: Vec<RedisServer> = announce
+            .iter()
+            .map(|_| {
+                RedisServer::start(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        for (n, port) in nodes.iter().zip(announce) {
+            for set in [
+                format!("CONFIG SET cluster-announce-port {port}"),
+                format!("CONFIG SET cluster-announce-bus-port {}", n.port + 10000),
+            ] {
+                let r = redis_raw(n.port, &set).unwrap_or_default();
+                assert!(r.starts_with("+OK"), "{set}: {r}");
+            }
+        }
+        started(&nodes.iter().map(|n| n.port).collect::<Vec<_>>());
+        Self::create(nodes)
+    }
+
+    fn create(nodes: Vec<RedisServer>) -> RedisCluster {
         let mut cmd = Command::new(find_binary("redis-cli"));
         cmd.arg("--cluster").arg("create");
         for n in &nodes {

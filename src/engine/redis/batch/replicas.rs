@@ -82,8 +82,8 @@ impl WaitReplicas {
             view.need(self.replicas, &addr)
         };
         match ahead.await {
-            Ok(ahead) => {
-                let mut spec = ahead.len().to_string();
+            Ok((k, ahead)) => {
+                let mut spec = k.to_string();
                 for (host, port) in ahead {
                     spec.push_str(&format!(" {host}:{port}"));
                 }
@@ -124,19 +124,23 @@ impl WaitReplicas {
                     .view_since(recent, link)
                     .await?
                     .need(self.replicas, &addr)?;
-                ahead.len() as u32
+                ahead.0
             }
             None => self.replicas,
         };
         let mut pipe = redis::pipe();
         pipe.cmd("INCR").arg(FENCE_KEY);
-        pipe.cmd("INFO").arg("replication");
+        if sentinel.is_some() {
+            // The offset the write reached, to tell which replicas have it afterwards.
+            pipe.cmd("INFO").arg("replication");
+        }
         pipe.cmd("WAIT")
             .arg(need)
             .arg(self.timeout.as_millis() as u64);
         // The fence write is not a claim: it goes over the plain (ungated) link.
+        let replies = if sentinel.is_some() { 3 } else { 2 };
         let reply = link
-            .request_many(&pipe, 0, 3)
+            .request_many(&pipe, 0, replies)
             .await
             // Not a `RedisError` any more: a failed WAIT never means "not executed".
             .map_err(|e| anyhow::anyhow!("WAIT for replicas failed: {e}"))?;
@@ -146,6 +150,7 @@ impl WaitReplicas {
                 promotable::primary_offset(&redis::from_redis_value::<String>(info)?)?,
                 redis::from_redis_value(v)?,
             ),
+            [_, v] => (0, redis::from_redis_value(v)?),
             _ => anyhow::bail!("WAIT for replicas answered {reply:?}"),
         };
         same_link("while waiting for replicas")?;
