@@ -7,7 +7,7 @@
 //!    takes any place, and one client address holds a bounded share of the places and of the
 //!    connections ([`share`]): requests that have not arrived cannot crowd out those that have;
 //! 1. **shedding** ([`shed`]) — global bound on public requests in flight + request timeout;
-//! 2. **per-IP limits** ([`rate`], [`gcra`], [`client_ip`]) — before the body is even read;
+//! 2. **per-IP limits** ([`rate`], [`gcra`], [`client_ip`]) — before the body is decoded;
 //! 3. body validation, then **signed identity** ([`identity`]) when a key is configured;
 //! 4. **per-user limits** — only after the user is known (and proven, with identity on);
 //! 5. **sold-out fast path** ([`soldout`]) — `sold_out` from memory once nothing is left;
@@ -112,6 +112,8 @@ pub struct Guards {
     pub in_flight_share: Arc<Share>,
     /// Each client's share of the public listener's connections.
     pub connection_share: Arc<Share>,
+    /// Places for claim bodies still arriving (as many as `--max-in-flight`).
+    pub arriving: Arc<tokio::sync::Semaphore>,
     pub metrics: GuardMetrics,
 }
 
@@ -138,8 +140,20 @@ impl Guards {
         let client_ip = ClientIpPolicy::new(&settings.trusted_proxies, &settings.client_ip_header)
             .map_err(anyhow::Error::msg)?;
         let shed = Shedder::new(settings.max_in_flight, settings.request_timeout);
-        let in_flight_share = Share::new(settings.max_in_flight_per_ip, settings.share_loopback);
-        let connection_share = Share::new(settings.max_connections_per_ip, settings.share_loopback);
+        let proxies: Vec<_> = settings.trusted_proxies.iter().map(|t| t.0).collect();
+        let in_flight_share = Share::new(
+            settings.max_in_flight_per_ip,
+            settings.share_loopback,
+            proxies.clone(),
+        );
+        let connection_share = Share::new(
+            settings.max_connections_per_ip,
+            settings.share_loopback,
+            proxies,
+        );
+        // Claims whose bodies did not come with their heads, read at once: a bound on the
+        // memory slow bodies hold (16 KiB each) that genuine claims never meet.
+        let arriving = Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight.max(1)));
         Ok(Arc::new(Self {
             settings,
             limiter,
@@ -150,6 +164,7 @@ impl Guards {
             shed,
             in_flight_share,
             connection_share,
+            arriving,
             metrics: GuardMetrics::default(),
         }))
     }

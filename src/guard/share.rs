@@ -8,14 +8,16 @@
 //!
 //! A client is an IPv4 address or an IPv6 /64 (one subscriber usually owns a whole /64).
 //! Loopback peers are not held by default: on 127.0.0.1 the only peer is a local proxy or a
-//! load generator, which speaks for many clients (configure `--trusted-proxy` so the limits see
-//! the real client address instead).
+//! load generator, which speaks for many clients. Neither are the `--trusted-proxy` addresses:
+//! a proxy speaks for every buyer behind it (the in-flight share then keys on the address the
+//! proxy reports; a proxy that reports none is not held).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use parking_lot::Mutex;
 
 const SHARDS: usize = 16;
@@ -43,6 +45,8 @@ impl ClientKey {
 pub struct Share {
     max: u32,
     hold_loopback: bool,
+    /// Addresses never held: the trusted proxies.
+    exempt: Vec<IpNet>,
     shards: Vec<Mutex<HashMap<ClientKey, u32>>>,
     refused: AtomicU64,
 }
@@ -71,10 +75,11 @@ impl Drop for Taken {
 pub struct Full;
 
 impl Share {
-    pub fn new(max: u32, hold_loopback: bool) -> Arc<Self> {
+    pub fn new(max: u32, hold_loopback: bool, exempt: Vec<IpNet>) -> Arc<Self> {
         Arc::new(Self {
             max,
             hold_loopback,
+            exempt,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             refused: AtomicU64::new(0),
         })
@@ -84,7 +89,11 @@ impl Share {
     /// loopback, or no address known), `Err(Full)` (counted) when its share is taken.
     pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Option<Taken>, Full> {
         let ip = ip.to_canonical();
-        if self.max == 0 || ip.is_unspecified() || (ip.is_loopback() && !self.hold_loopback) {
+        if self.max == 0
+            || ip.is_unspecified()
+            || (ip.is_loopback() && !self.hold_loopback)
+            || self.exempt.iter().any(|n| n.contains(&ip))
+        {
             return Ok(None);
         }
         let key = ClientKey::of(ip);
@@ -123,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_client_holds_at_most_its_share_and_gets_it_back() {
-        let s = Share::new(2, false);
+        let s = Share::new(2, false, Vec::new());
         let a = s.take(ip("10.0.0.1")).unwrap().unwrap();
         let _b = s.take(ip("10.0.0.1")).unwrap().unwrap();
         assert_eq!(s.take(ip("10.0.0.1")).unwrap_err(), Full);
@@ -135,7 +144,7 @@ mod tests {
 
     #[test]
     fn an_ipv6_client_is_its_64() {
-        let s = Share::new(1, false);
+        let s = Share::new(1, false, Vec::new());
         let _a = s.take(ip("2001:db8:1:2::1")).unwrap().unwrap();
         assert!(s.take(ip("2001:db8:1:2:ffff::9")).is_err(), "same /64");
         assert!(
@@ -147,17 +156,26 @@ mod tests {
     }
 
     #[test]
+    fn a_trusted_proxy_is_never_held() {
+        let s = Share::new(1, false, vec!["10.0.0.0/8".parse().unwrap()]);
+        let _a = s.take(ip("10.1.2.3")).unwrap();
+        assert!(s.take(ip("10.1.2.3")).unwrap().is_none());
+        let _b = s.take(ip("11.0.0.1")).unwrap().unwrap();
+        assert!(s.take(ip("11.0.0.1")).is_err());
+    }
+
+    #[test]
     fn loopback_is_held_only_when_asked() {
-        let free = Share::new(1, false);
+        let free = Share::new(1, false, Vec::new());
         assert!(free.take(ip("127.0.0.1")).unwrap().is_none());
-        let held = Share::new(1, true);
+        let held = Share::new(1, true, Vec::new());
         let _a = held.take(ip("127.0.0.1")).unwrap().unwrap();
         assert!(held.take(ip("127.0.0.1")).is_err());
     }
 
     #[test]
     fn every_place_is_given_back_under_contention() {
-        let s = Share::new(3, false);
+        let s = Share::new(3, false, Vec::new());
         std::thread::scope(|t| {
             for _ in 0..8 {
                 let s = s.clone();

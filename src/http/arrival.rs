@@ -8,14 +8,17 @@
 //! bytes per place, about 410 requests a second to keep a default server shut. nginx reads
 //! the body under `client_body_timeout` before proxying for the same reason. A claim's body is
 //! at most 16 KiB and arrives with its head in practice; the deadline (2 s by default) only
-//! bounds the memory a stalled body can hold, not a place.
+//! bounds how long a stalled body holds its memory, not a place. Bodies that did not come with
+//! their heads are read at most `--max-in-flight` at a time (beyond it 503 at once) and copied
+//! into one buffer as they come, so slow bodies hold at most 16 KiB each.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::task::Poll;
 
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, Extensions, HeaderMap, StatusCode};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
 
 use super::error::ApiError;
 use super::AppState;
@@ -33,30 +36,48 @@ pub async fn arrived(app: &AppState, req: Request) -> Result<Request, ApiError> 
     if declared.is_some_and(|n| n > MAX_CLAIM_BODY as u64) {
         return Err(too_large());
     }
-    let collect = Limited::new(body, MAX_CLAIM_BODY).collect();
-    let mut collect = std::pin::pin!(collect);
-    // The body nearly always came with the head: no timer for it then.
-    let got = match futures::poll!(collect.as_mut()) {
+    let capacity = declared.map_or(256, |n| n as usize);
+    let read = std::pin::pin!(read(body, capacity));
+    let mut read = read;
+    // The body nearly always came with the head: no timer and no waiting place for it then.
+    let got = match futures::poll!(read.as_mut()) {
         Poll::Ready(r) => r,
         Poll::Pending => {
-            let within = app.guards.settings().claim_body_timeout;
-            match tokio::time::timeout(within, collect).await {
+            let g = &app.guards;
+            let Ok(_waiting) = g.arriving.try_acquire() else {
+                return Err(ApiError::overloaded(
+                    "too many request bodies are still arriving; retry shortly",
+                ));
+            };
+            match tokio::time::timeout(g.settings().claim_body_timeout, read).await {
                 Ok(r) => r,
                 Err(_) => return Err(late()),
             }
         }
     };
-    match got {
-        Ok(c) => Ok(Request::from_parts(
-            parts,
-            axum::body::Body::from(c.to_bytes()),
-        )),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
-        Err(e) if super::timed_body::is_timeout(&*e) => Err(late()),
-        Err(e) => Err(ApiError::invalid(format!(
-            "the request body could not be read: {e}"
-        ))),
+    Ok(Request::from_parts(parts, axum::body::Body::from(got?)))
+}
+
+/// Reads the body into one buffer, chunk by chunk: each chunk is copied and dropped at once (a
+/// body sent a byte at a time must not keep a read buffer alive per byte).
+async fn read(mut body: axum::body::Body, capacity: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::with_capacity(capacity.min(MAX_CLAIM_BODY));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if super::timed_body::is_timeout(&e) {
+                late()
+            } else {
+                ApiError::invalid(format!("the request body could not be read: {e}"))
+            }
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > MAX_CLAIM_BODY {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&data);
+        }
     }
+    Ok(buf.freeze())
 }
 
 /// The client address the per-address limits see: the socket peer, or what a trusted proxy

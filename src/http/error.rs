@@ -124,6 +124,18 @@ impl ErrorCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         debug_assert!(ErrorCode::ALL.contains(&self.code), "{}", self.code);
+        // A refusal (`overloaded`) is the service doing its job and is only summarised
+        // (`refusals.rs`); any other server error — the engine or ledger failing, an outcome
+        // unknown — is logged, each one.
+        if self.status.is_server_error() && self.code != "overloaded" {
+            tracing::error!(
+                status = self.status.as_u16(),
+                code = self.code,
+                outcome_unknown = self.outcome_unknown,
+                message = %self.message,
+                "answered a server error"
+            );
+        }
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,

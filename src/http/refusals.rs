@@ -6,8 +6,10 @@
 //! write to stderr each time and drowned the errors that matter. Both doors (the router's trace
 //! layer and the fast claim path) count a 503 here instead, and one WARN line a second says how
 //! many there were; the metrics (`seckill_shed_total`, `seckill_timeouts_total`,
-//! `seckill_claims_total`, `seckill_client_share_refused_total`) count each one. Any other 5xx
-//! is logged as the trace layer always did.
+//! `seckill_claims_total`, `seckill_client_share_refused_total`) count each one, and a 503
+//! that is not a refusal (the engine or ledger failing, an outcome unknown) is also logged on
+//! its own where it is answered (`ApiError::into_response`). Any other 5xx is logged as the
+//! trace layer always did.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
