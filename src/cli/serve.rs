@@ -178,6 +178,11 @@ async fn limits_refresh(
             Ok(all) => guards.replace_campaign_limits(all),
             Err(e) => tracing::warn!(error = %e, "re-reading campaign rate limits failed"),
         }
+        match backend.campaign_ids().await {
+            Ok(Some(ids)) => guards.board.set_known(ids),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "re-reading campaign ids failed"),
+        }
     }
 }
 

@@ -108,6 +108,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Every campaign's stored guard rate limits (loaded by the guards at startup).
     async fn all_limits(&self) -> Result<Vec<(String, CampaignLimits)>, Error>;
 
+    /// Every campaign's id, for a backend whose stock board does not know them all (re-read
+    /// with the limits: per-user rate buckets are charged only for campaigns that exist);
+    /// `None` when the board does.
+    async fn campaign_ids(&self) -> Result<Option<Vec<String>>, Error> {
+        Ok(None)
+    }
+
     /// The stock board this backend keeps current (see `guard::soldout` for the contract a
     /// backend must meet to publish one). `None` turns off the sold-out fast path and the
     /// admission gate, which is always safe.

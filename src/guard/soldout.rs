@@ -164,6 +164,9 @@ pub struct StockBoard {
     /// Every campaign that exists is registered here (the embedded deployment's own board);
     /// a scale-out board learns of campaigns other instances create late.
     complete: std::sync::atomic::AtomicBool,
+    /// Where the board is not complete: every campaign id as last read from the ledger
+    /// (`None` until first read).
+    known: RwLock<Option<HashSet<String>>>,
 }
 
 impl StockBoard {
@@ -193,11 +196,24 @@ impl StockBoard {
         self.complete.store(true, Ordering::SeqCst);
     }
 
-    /// False only when the campaign certainly does not exist: the board is complete and does
-    /// not hold it. Per-user rate buckets are charged only for campaigns that may exist, so
-    /// made-up campaign ids cannot fill the rate-limit table.
-    pub fn may_exist(&self, entry: Option<&Arc<StockEntry>>) -> bool {
-        entry.is_some() || !self.complete.load(Ordering::SeqCst)
+    /// Replaces the ids of every campaign known to exist (a re-read of the ledger).
+    pub fn set_known(&self, ids: Vec<String>) {
+        *self.known.write() = Some(ids.into_iter().collect());
+    }
+
+    /// False when the campaign does not exist as far as this instance knows: the board is
+    /// complete and does not hold it, or the last read of every campaign id did not list it
+    /// (a campaign another instance created within the last re-read only goes without per-user
+    /// buckets that long). Per-user rate buckets are charged only for campaigns that may exist,
+    /// so made-up campaign ids cannot fill the rate-limit table (or Redis).
+    pub fn may_exist(&self, id: &str, entry: Option<&Arc<StockEntry>>) -> bool {
+        if entry.is_some() {
+            return true;
+        }
+        if self.complete.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.known.read().as_ref().is_none_or(|k| k.contains(id))
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<StockEntry>> {

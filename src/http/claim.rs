@@ -236,7 +236,7 @@ async fn decide(
             return Err(unauthorized(e));
         }
     }
-    if g.board.may_exist(entry) {
+    if g.board.may_exist(&id, entry) {
         g.limit_user(&id, &body.user_id)
             .await
             .map_err(rate_limited)?;

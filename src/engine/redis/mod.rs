@@ -179,6 +179,14 @@ impl Backend for ScaleOut {
             .map_err(|e| Error::unavailable("reading rate limits failed", e))
     }
 
+    async fn campaign_ids(&self) -> Result<Option<Vec<String>>, Error> {
+        self.ledger
+            .campaign_ids()
+            .await
+            .map(Some)
+            .map_err(|e| Error::unavailable("reading campaign ids failed", e))
+    }
+
     fn rate_limiter(&self) -> Option<Arc<dyn crate::guard::rate::RateLimiter>> {
         Some(self.limiter.clone())
     }

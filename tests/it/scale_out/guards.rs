@@ -312,3 +312,50 @@ async fn guards_work_on_a_redis_cluster() {
     assert_eq!(s, 200);
     assert_eq!(app.claim("cl", "after", 1).await.outcome, Outcome::Won);
 }
+
+/// Per-user rate buckets live in Redis in this deployment: claims for a campaign that does not
+/// exist must not create them (a flood of made-up ids would fill Redis, and a Redis at
+/// maxmemory refuses every claim). The instance re-reads every campaign id with the limits;
+/// a real campaign is limited as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn made_up_campaigns_leave_no_rate_buckets_in_redis() {
+    let redis = RedisServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = seckill::config::ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
+    cfg.scale.redis = vec![redis.url()];
+    cfg.scale.postgres = Some(pg().fresh_db().await);
+    cfg.guard.rate_per_user = Some("1/h".parse().unwrap());
+    let server = seckill::cli::start(cfg).await.expect("scale-out server");
+    let c = Client::new(&server.url(), crate::helpers::TOKEN);
+    c.create_campaign(&json!({"id": "real", "stock": 100}))
+        .await
+        .unwrap();
+    // The campaign ids are re-read every second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let keys = || {
+        crate::servers::redis_raw(redis.port, "DBSIZE")
+            .and_then(|r| r.trim().trim_start_matches(':').parse::<u64>().ok())
+            .unwrap()
+    };
+    let before = keys();
+    let shots = (0..500)
+        .map(|i| Shot {
+            user: format!("ghost-{i}"),
+            qty: 1,
+            key: None,
+        })
+        .collect();
+    let made_up = fire::storm(&c, "made-up", shots, 32).await;
+    assert_eq!(
+        made_up.refused.get(&404),
+        Some(&500),
+        "{:?}",
+        made_up.refused
+    );
+    assert_eq!(keys(), before, "no key was created for a made-up campaign");
+    let first = claim_raw(&c.url(""), "real", json!({"user_id": "alice"}), &[]).await;
+    assert_eq!(first.0, StatusCode::OK, "{:?}", first.2);
+    let second = claim_raw(&c.url(""), "real", json!({"user_id": "alice"}), &[]).await;
+    assert_eq!(second.0, StatusCode::TOO_MANY_REQUESTS, "{:?}", second.2);
+    server.stop().await.unwrap();
+}
