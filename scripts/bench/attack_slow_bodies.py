@@ -3,11 +3,12 @@
 
 Attackers bound to 127.0.0.2 … 127.0.0.(1+ADDRESSES) keep opening connections that send a
 complete claim head with `Content-Length: 20` and no body (PER_ROUND new ones per address
-every 500 ms). After a second of that, BUYERS genuine claims are sent from 127.0.0.1 in rounds
-of 20 (each on its own connection) and their status and latency recorded. Prints one line:
+every 500 ms). After WARMUP seconds of that, BUYERS genuine claims are sent from 127.0.0.1 in rounds
+of 20 (each on its own connection) and their status and latency recorded. Each attacking
+connection is kept 6 s, then replaced. Prints one line:
 heads sent, buyers answered 200 / 503 / other, median and slowest answer.
 
-Usage: attack_slow_bodies.py URL CAMPAIGN ADDRESSES [PER_ROUND] [BUYERS]
+Usage: attack_slow_bodies.py URL CAMPAIGN ADDRESSES [PER_ROUND] [BUYERS] [WARMUP_SECS]
 (the server must hold loopback peers to its per-address limits: --share-loopback, since every
 address here is a loopback one.)
 """
@@ -31,10 +32,12 @@ async def attacker(host, port, src, per_round, stop, sent):
             w.write(HEAD)
             sent[0] += 1
             held.append(w)
-        if len(held) > 4 * per_round:
-            for w in held[: len(held) - 4 * per_round]:
+        # Each head is kept open 6 s (the old order held a place up to the 10 s request
+        # timeout), then replaced: the attack holds a steady 12 rounds' worth.
+        if len(held) > 12 * per_round:
+            for w in held[: len(held) - 12 * per_round]:
                 w.close()
-            del held[: len(held) - 4 * per_round]
+            del held[: len(held) - 12 * per_round]
         await asyncio.sleep(0.5)
     for w in held:
         w.close()
@@ -59,6 +62,8 @@ async def main():
     url, campaign, addresses = sys.argv[1], sys.argv[2], int(sys.argv[3])
     per_round = int(sys.argv[4]) if len(sys.argv) > 4 else 200
     buyers = int(sys.argv[5]) if len(sys.argv) > 5 else 200
+    global WARMUP
+    WARMUP = float(sys.argv[6]) if len(sys.argv) > 6 else 3.0
     u = urlparse(url)
     global HEAD
     path = f"/v1/campaigns/{campaign}/claims"
@@ -67,7 +72,7 @@ async def main():
     stop, sent = asyncio.Event(), [0]
     tasks = [asyncio.create_task(attacker(u.hostname, u.port, f"127.0.0.{2 + i}", per_round, stop, sent))
              for i in range(addresses)]
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(WARMUP)
     results = []
     for rnd in range(buyers // 20):
         results += await asyncio.gather(*[
@@ -84,4 +89,5 @@ async def main():
 
 
 HEAD = b""
+WARMUP = 3.0
 asyncio.run(main())

@@ -201,6 +201,13 @@ impl StockBoard {
         *self.known.write() = Some(ids.into_iter().collect());
     }
 
+    /// Adds a campaign just created through this instance (before the next re-read).
+    pub fn add_known(&self, id: &str) {
+        if let Some(k) = self.known.write().as_mut() {
+            k.insert(id.to_owned());
+        }
+    }
+
     /// False when the campaign does not exist as far as this instance knows: the board is
     /// complete and does not hold it, or the last read of every campaign id did not list it
     /// (a campaign another instance created within the last re-read only goes without per-user

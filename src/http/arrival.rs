@@ -16,6 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::task::Poll;
 
 use axum::extract::{ConnectInfo, Request};
+use axum::http::request::Parts;
 use axum::http::{header, Extensions, HeaderMap, StatusCode};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -26,8 +27,8 @@ use super::AppState;
 /// The largest claim body read; a larger one is refused 413 without reading it.
 pub const MAX_CLAIM_BODY: usize = 16 * 1024;
 
-/// The request with its body read in full, or the error to answer (nothing was changed).
-pub async fn arrived(app: &AppState, req: Request) -> Result<Request, ApiError> {
+/// The request's head and its body read in full, or the error to answer (nothing was changed).
+pub async fn arrived(app: &AppState, req: Request) -> Result<(Parts, Bytes), ApiError> {
     let (parts, body) = req.into_parts();
     let declared = parts
         .headers
@@ -55,7 +56,7 @@ pub async fn arrived(app: &AppState, req: Request) -> Result<Request, ApiError> 
             }
         }
     };
-    Ok(Request::from_parts(parts, axum::body::Body::from(got?)))
+    Ok((parts, got?))
 }
 
 /// Reads the body into one buffer, chunk by chunk: each chunk is copied and dropped at once (a

@@ -12,7 +12,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
@@ -22,7 +21,7 @@ use bytes::Bytes;
 
 use super::claim_body::parse_claim_body;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{json_rejection, Body, IdemHeader, PathArg};
+use super::extract::{Body, IdemHeader, PathArg};
 use super::guarded::{timed_out, within};
 use super::handlers::CAMPAIGN_ID;
 use super::openapi::RateLimited;
@@ -32,18 +31,6 @@ use crate::guard::identity::{self, IdentityError};
 use crate::guard::rate::Limited;
 use crate::guard::soldout::StockEntry;
 use crate::telemetry::claims::ClaimEnd;
-
-/// The client's IP as the per-IP limits see it (socket peer, or the trusted proxy's header).
-pub struct ClientIp(pub IpAddr);
-
-impl FromRequestParts<AppState> for ClientIp {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        let ip = super::arrival::client_ip(app, &parts.extensions, &parts.headers);
-        Ok(ClientIp(ip))
-    }
-}
 
 fn value(v: impl ToString) -> HeaderValue {
     HeaderValue::from_str(&v.to_string()).expect("numbers and labels are valid header values")
@@ -148,15 +135,12 @@ where
             .claim(None, ClaimEnd::error(e.code, false), secs(start));
         e.into_response()
     };
-    let req = match super::arrival::arrived(app, req).await {
-        Ok(req) => req,
+    let (parts, body) = match super::arrival::arrived(app, req).await {
+        Ok(arrived) => arrived,
         Err(e) => return refuse(e),
     };
-    let Ok(_share) = g.in_flight_share.take(super::arrival::client_ip(
-        app,
-        req.extensions(),
-        req.headers(),
-    )) else {
+    let ip = super::arrival::client_ip(app, &parts.extensions, &parts.headers);
+    let Ok(_share) = g.in_flight_share.take(ip) else {
         return refuse(ApiError::overloaded(
             "this client has too many requests in flight; retry shortly",
         ));
@@ -171,7 +155,7 @@ where
     let reached = AtomicBool::new(false);
     let mut entry = None;
     let decided = {
-        let decide = std::pin::pin!(decide(app, req, id, &reached, &mut entry));
+        let decide = std::pin::pin!(decide(app, (parts, body, ip), id, &reached, &mut entry));
         within(g.shed.timeout, decide).await
     };
     let (resp, end) = match decided {
@@ -198,12 +182,11 @@ fn secs(start: Instant) -> f64 {
 /// outcome. `entry` is set to the campaign's board entry as soon as the id is known.
 async fn decide(
     app: &AppState,
-    req: Request,
+    (mut parts, body, ip): (Parts, Bytes, IpAddr),
     id: Option<String>,
     reached: &AtomicBool,
     entry: &mut Option<Arc<StockEntry>>,
 ) -> Result<(Response, Outcome), ApiError> {
-    let (mut parts, body) = req.into_parts();
     let id = match id {
         Some(id) => id,
         None => {
@@ -215,15 +198,13 @@ async fn decide(
     *entry = app.guards.board.get(&id);
     let entry = entry.as_ref();
     let IdemHeader(key) = IdemHeader::from_request_parts(&mut parts, app).await?;
-    let ClientIp(ip) = ClientIp::from_request_parts(&mut parts, app).await?;
-    let req = Request::from_parts(parts, body);
     let g = &app.guards;
     g.limit_ip(&id, ip).await.map_err(rate_limited)?;
-    let token = req
-        .headers()
+    let token = parts
+        .headers
         .get(identity::HEADER)
         .map(|v| v.to_str().map(str::to_owned));
-    let body = claim_body(req, app).await?;
+    let body = claim_body(parts, body, app).await?;
     body.validate()?;
     if let Some(verifier) = &g.identity {
         let checked = match token {
@@ -236,7 +217,7 @@ async fn decide(
             return Err(unauthorized(e));
         }
     }
-    if g.board.may_exist(&id, entry) {
+    if g.board.may_exist(&id, entry) || !g.campaign_limits(&id).is_empty() {
         g.limit_user(&id, &body.user_id)
             .await
             .map_err(rate_limited)?;
@@ -253,22 +234,20 @@ async fn decide(
     Ok((Json(answer).into_response(), outcome))
 }
 
-/// The claim body: read in full (body limit and timeout as every route) and decoded. Only an
-/// exact `application/json` content type takes the hand-written parser; any other value goes
-/// through the generic extractor, which accepts or refuses it with its usual message.
-async fn claim_body(req: Request, app: &AppState) -> Result<ClaimRequest, ApiError> {
-    let plain = req
-        .headers()
+/// The claim body (already read in full, `arrival.rs`), decoded. Only an exact
+/// `application/json` content type takes the hand-written parser; any other value goes through
+/// the generic extractor, which accepts or refuses it with its usual message.
+async fn claim_body(parts: Parts, body: Bytes, app: &AppState) -> Result<ClaimRequest, ApiError> {
+    let plain = parts
+        .headers
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes() == b"application/json");
     if !plain {
+        let req = Request::from_parts(parts, axum::body::Body::from(body));
         let Body(body) = Body::<ClaimRequest>::from_request(req, app).await?;
         return Ok(body);
     }
-    let bytes = Bytes::from_request(req, app)
-        .await
-        .map_err(|r| json_rejection(JsonRejection::from(r)))?;
-    parse_claim_body(&bytes)
+    parse_claim_body(&body)
 }
 
 /// The JSON of the fast path's answer; equal to serialising its [`ClaimAnswer`] (tested).

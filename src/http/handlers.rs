@@ -53,6 +53,7 @@ pub async fn create_campaign(
     }
     let key = key.map(|k| AdminKey::create(k, &campaign));
     let view = app.backend.create_campaign(campaign, key).await?;
+    app.guards.board.add_known(&view.id);
     Ok((StatusCode::CREATED, Json(view)))
 }
 
