@@ -67,9 +67,11 @@ pub fn private(path: &Path, mode: u32) -> anyhow::Result<()> {
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(()); // not created yet (a WAL file before the first write)
     };
-    if meta.permissions().mode() & 0o777 != mode {
+    let was = meta.permissions().mode() & 0o777;
+    if was != mode {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("cannot make {} private ({mode:o})", path.display()))?;
+        tracing::info!(path = %path.display(), from = format!("{was:o}"), to = format!("{mode:o}"), "made private: the ledger holds unclaimed codes and buyers' ids");
     }
     Ok(())
 }
