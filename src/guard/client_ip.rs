@@ -83,7 +83,7 @@ impl ClientIpPolicy {
 }
 
 /// IPv4 as is; IPv6 truncated to its /64.
-fn bucket(ip: IpAddr) -> IpAddr {
+pub(crate) fn bucket(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => {

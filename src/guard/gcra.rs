@@ -166,18 +166,14 @@ impl LocalLimiter {
     fn charge(&self, key: u64, check: &Check<'_>, now: u64) -> Result<u64, Limited> {
         let t = check.rate.emission_interval().as_nanos() as u64;
         let tau = t.saturating_mul(check.rate.burst);
-        let mut shard = self.shard(key).lock();
+        let shard = self.shard(key).lock();
         let tat = shard.get(key).unwrap_or(now).max(now);
         let next = tat.saturating_add(t);
         if next - now > tau {
             let retry = next - now - tau;
             // Refused is used too: the bucket moves to the young generation, so a flood of
             // new keys cannot make the table forget a limited client.
-            let forgotten = shard.put(key, tat, self.half, now);
-            drop(shard);
-            if forgotten > 0 {
-                self.evicted.fetch_add(forgotten, Ordering::Relaxed);
-            }
+            self.store(shard, key, tat, now);
             return Err(Limited {
                 label: check.label(),
                 rate: Some(check.rate),
@@ -185,12 +181,17 @@ impl LocalLimiter {
                 reset: Duration::from_nanos(tat - now),
             });
         }
-        let forgotten = shard.put(key, next, self.half, now);
+        self.store(shard, key, next, now);
+        Ok(t)
+    }
+
+    /// Stores a bucket in its locked shard; counts the live buckets that made way for it.
+    fn store(&self, mut shard: parking_lot::MutexGuard<'_, Shard>, key: u64, tat: u64, now: u64) {
+        let forgotten = shard.put(key, tat, self.half, now);
         drop(shard);
         if forgotten > 0 {
             self.evicted.fetch_add(forgotten, Ordering::Relaxed);
         }
-        Ok(t)
     }
 
     /// Takes back a charge (another bucket of the same request refused).

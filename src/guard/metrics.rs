@@ -47,7 +47,6 @@ impl GuardMetrics {
         r.claim_answered(end, seconds);
     }
 
-    /// Copies the board's per-campaign state into its series; `in_flight` public requests.
     /// The per-address shares' refusals so far (`share.rs`): requests, connections.
     pub fn shares_refused(&self, requests: u64, connections: u64) {
         self.registry.share_refused_requests.absolute(requests);
@@ -56,6 +55,7 @@ impl GuardMetrics {
             .absolute(connections);
     }
 
+    /// Copies the board's per-campaign state into its series; `in_flight` public requests.
     pub fn refresh(&self, board: &StockBoard, in_flight: usize) {
         let r = &self.registry;
         r.in_flight.set(in_flight as f64);

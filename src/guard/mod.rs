@@ -240,10 +240,20 @@ impl Guards {
             .await
     }
 
-    /// Charges the user's buckets (global and this campaign's).
-    pub async fn limit_user(&self, campaign: &str, user: &str) -> Result<(), Limited> {
+    /// Charges the user's buckets (global and this campaign's) — only for a campaign that may
+    /// exist (`entry`: its board entry), so made-up campaign ids fill no table.
+    pub async fn limit_user(
+        &self,
+        campaign: &str,
+        entry: Option<&Arc<StockEntry>>,
+        user: &str,
+    ) -> Result<(), Limited> {
         let local = self.campaign_limits(campaign).per_user;
-        self.charge(campaign, Subject::User(user), self.settings.per_user, local)
+        let global = self.settings.per_user;
+        if local.is_none() && (global.is_none() || !self.board.may_exist(campaign, entry)) {
+            return Ok(());
+        }
+        self.charge(campaign, Subject::User(user), global, local)
             .await
     }
 

@@ -28,9 +28,9 @@ pub struct ClientKey(u128);
 
 impl ClientKey {
     pub fn of(ip: IpAddr) -> Self {
-        match ip.to_canonical() {
+        match super::client_ip::bucket(ip.to_canonical()) {
             IpAddr::V4(v4) => ClientKey(u128::from(u32::from(v4)) | (1 << 127)),
-            IpAddr::V6(v6) => ClientKey(u128::from(v6) & !((1u128 << 64) - 1)),
+            IpAddr::V6(v6) => ClientKey(u128::from(v6)),
         }
     }
 

@@ -17,11 +17,12 @@ use std::task::Poll;
 
 use axum::extract::{ConnectInfo, Request};
 use axum::http::request::Parts;
-use axum::http::{header, Extensions, HeaderMap, StatusCode};
+use axum::http::{header, Extensions, HeaderMap};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 
 use super::error::ApiError;
+use super::extract::{body_late, body_too_large};
 use super::AppState;
 
 /// The largest claim body read; a larger one is refused 413 without reading it.
@@ -35,11 +36,10 @@ pub async fn arrived(app: &AppState, req: Request) -> Result<(Parts, Bytes), Api
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_CLAIM_BODY as u64) {
-        return Err(too_large());
+        return Err(body_too_large());
     }
     let capacity = declared.map_or(256, |n| n as usize);
-    let read = std::pin::pin!(read(body, capacity));
-    let mut read = read;
+    let mut read = std::pin::pin!(read(body, capacity));
     // The body nearly always came with the head: no timer and no waiting place for it then.
     let got = match futures::poll!(read.as_mut()) {
         Poll::Ready(r) => r,
@@ -52,7 +52,7 @@ pub async fn arrived(app: &AppState, req: Request) -> Result<(Parts, Bytes), Api
             };
             match tokio::time::timeout(g.settings().claim_body_timeout, read).await {
                 Ok(r) => r,
-                Err(_) => return Err(late()),
+                Err(_) => return Err(body_late()),
             }
         }
     };
@@ -66,14 +66,14 @@ async fn read(mut body: axum::body::Body, capacity: usize) -> Result<Bytes, ApiE
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
             if super::timed_body::is_timeout(&e) {
-                late()
+                body_late()
             } else {
                 ApiError::invalid(format!("the request body could not be read: {e}"))
             }
         })?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > MAX_CLAIM_BODY {
-                return Err(too_large());
+                return Err(body_too_large());
             }
             buf.extend_from_slice(&data);
         }
@@ -89,20 +89,4 @@ pub fn client_ip(app: &AppState, extensions: &Extensions, headers: &HeaderMap) -
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
     app.guards.client_ip.resolve(peer, headers)
-}
-
-fn late() -> ApiError {
-    ApiError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "request_timeout",
-        "the request body did not arrive in time; nothing was changed",
-    )
-}
-
-fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-        "the request body is larger than this route accepts",
-    )
 }

@@ -147,10 +147,9 @@ where
     };
     let Some(_place) = g.shed.try_enter() else {
         g.metrics.registry.shed.increment(1);
-        let e = ApiError::overloaded("the service is at capacity; retry shortly");
-        g.metrics
-            .claim(None, ClaimEnd::error(e.code, false), secs(start));
-        return e.into_response();
+        return refuse(ApiError::overloaded(
+            "the service is at capacity; retry shortly",
+        ));
     };
     let reached = AtomicBool::new(false);
     let mut entry = None;
@@ -217,11 +216,9 @@ async fn decide(
             return Err(unauthorized(e));
         }
     }
-    if g.board.may_exist(&id, entry) || !g.campaign_limits(&id).is_empty() {
-        g.limit_user(&id, &body.user_id)
-            .await
-            .map_err(rate_limited)?;
-    }
+    g.limit_user(&id, entry, &body.user_id)
+        .await
+        .map_err(rate_limited)?;
     if g.sold_out_fast(entry.map(|e| &**e), &body.user_id, body.qty, key.is_some()) {
         return Ok((sold_out_answer(), Outcome::SoldOut));
     }

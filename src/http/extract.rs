@@ -27,18 +27,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 /// A JSON extractor's rejection in the API's error format (413, 408 or 400 with the cause).
 pub(super) fn json_rejection(r: JsonRejection) -> ApiError {
     if super::timed_body::is_timeout(&r) {
-        return ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            "the request body did not arrive in time; nothing was changed",
-        );
+        return body_late();
     }
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is larger than this route accepts",
-        );
+        return body_too_large();
     }
     let message = match &r {
         JsonRejection::MissingJsonContentType(_) => {
@@ -49,6 +41,24 @@ pub(super) fn json_rejection(r: JsonRejection) -> ApiError {
         other => other.body_text(),
     };
     ApiError::invalid(message)
+}
+
+/// 408: the body did not arrive within its deadline.
+pub(super) fn body_late() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "the request body did not arrive in time; nothing was changed",
+    )
+}
+
+/// 413: the body is over the route's limit.
+pub(super) fn body_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body is larger than this route accepts",
+    )
 }
 
 fn source(e: &dyn std::error::Error) -> String {

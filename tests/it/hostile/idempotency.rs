@@ -11,17 +11,9 @@ use seckill::bench::client::{ClaimReply, Client};
 use seckill::bench::fire::{self, Shot};
 use seckill::domain::{ClaimAnswer, Outcome};
 
+use super::rss_kib;
 use crate::helpers::{App, Deploy, TOKEN};
 use crate::process::Proc;
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
 
 fn keyed(users: impl Iterator<Item = String>, tag: &str) -> Vec<Shot> {
     users

@@ -11,6 +11,16 @@ use std::time::{Duration, Instant};
 use crate::helpers::{App, TOKEN};
 use crate::process::Proc;
 
+/// Resident memory of process `pid`, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
 /// Sends `request` on `s` and reads one response; returns (status, body).
 fn exchange(s: &mut TcpStream, request: &str) -> (u16, String) {
     s.write_all(request.as_bytes()).expect("request sent");

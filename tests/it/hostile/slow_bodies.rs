@@ -19,6 +19,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use seckill::bench::client::ClaimReply;
 use seckill::domain::Outcome;
 
+use super::rss_kib;
 use crate::helpers::App;
 
 const HEAD: &str = "POST /v1/campaigns/sale/claims HTTP/1.1\r\nHost: seckill\r\n\
@@ -131,35 +132,15 @@ async fn heads_without_bodies_from_one_or_sixteen_addresses_lock_no_buyer_out() 
             "{addresses} address(es): a buyer waited {slowest:?}"
         );
     }
-    let text = app
-        .client
-        .http()
-        .get(format!("{}/metrics", app.admin_url()))
-        .bearer_auth(crate::helpers::TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let closed = text
-        .lines()
-        .find(|l| l.starts_with("seckill_client_share_refused_total{limit=\"connections\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let closed = crate::guards::sample(
+        &app.admin_url(),
+        "seckill_client_share_refused_total{limit=\"connections\"}",
+    )
+    .await;
     assert!(
-        closed > 0.0,
+        closed > 0,
         "connections beyond one address's share are refused and counted"
     );
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 /// Claim bodies sent one byte at a time hold at most their own bytes: each chunk is copied

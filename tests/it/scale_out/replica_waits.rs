@@ -31,13 +31,28 @@ fn replicas_of(port: u16) -> String {
     redis_raw(port, "INFO replication").unwrap_or_default()
 }
 
-/// Waits (on a busy machine, for a while) until the primary lists its replica as online.
-async fn replica_online(port: u16) {
+/// Waits (on a busy machine, for a while) until the primary lists `n` replicas as online.
+async fn replicas_online(port: u16, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !replicas_of(port).contains("state=online") {
-        assert!(Instant::now() < deadline, "the replica never came online");
+    while replicas_of(port).matches("state=online").count() < n {
+        assert!(Instant::now() < deadline, "{n} replicas never came online");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A server behind `redis`'s Sentinel waiting for one replica (`--redis-wait-replicas 1`).
+async fn serve_waiting_for_one(
+    redis: &SentinelSetup,
+    data: &std::path::Path,
+) -> (seckill::cli::Running, Client) {
+    let mut cfg = ServeConfig::ephemeral(data.into(), TOKEN);
+    cfg.scale.redis = vec![redis.sentinel_url()];
+    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
+    cfg.scale.postgres = Some(pg().fresh_db().await);
+    cfg.scale.pipeline.redis_wait_replicas = Some(1);
+    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let c = Client::new(&server.url(), TOKEN);
+    (server, c)
 }
 
 /// The order id of `user`'s won claim, retried with one Idempotency-Key until processed.
@@ -65,15 +80,9 @@ async fn won_keyed(c: &Client, campaign: &str, user: &str, primary: u16) -> Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_replica_nothing_is_sold_or_confirmed() {
     let mut redis = SentinelSetup::start();
-    replica_online(redis.primary.port).await;
+    replicas_online(redis.primary.port, 1).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
-    cfg.scale.redis = vec![redis.sentinel_url()];
-    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
-    cfg.scale.postgres = Some(pg().fresh_db().await);
-    cfg.scale.pipeline.redis_wait_replicas = Some(1);
-    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
-    let c = Client::new(&server.url(), TOKEN);
+    let (server, c) = serve_waiting_for_one(&redis, dir.path()).await;
     c.create_campaign(&json!({"id": "w", "stock": 90, "hold_seconds": 600}))
         .await
         .unwrap();
@@ -86,7 +95,7 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
         other => panic!("{other:?}"),
     };
     settle_url(&c).await;
-    replica_online(redis.primary.port).await;
+    replicas_online(redis.primary.port, 1).await;
 
     tokio::task::block_in_place(|| redis.replica.kill_9());
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -176,24 +185,9 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_sentinel_never_promotes_does_not_count() {
     let mut redis = SentinelSetup::start_with(&[0]);
-    replica_online(redis.primary.port).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while replicas_of(redis.primary.port)
-        .matches("state=online")
-        .count()
-        < 2
-    {
-        assert!(Instant::now() < deadline, "both replicas never came online");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    replicas_online(redis.primary.port, 2).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
-    cfg.scale.redis = vec![redis.sentinel_url()];
-    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
-    cfg.scale.postgres = Some(pg().fresh_db().await);
-    cfg.scale.pipeline.redis_wait_replicas = Some(1);
-    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
-    let c = Client::new(&server.url(), TOKEN);
+    let (server, c) = serve_waiting_for_one(&redis, dir.path()).await;
     c.create_campaign(&json!({"id": "p0", "stock": 90, "hold_seconds": 600}))
         .await
         .unwrap();
@@ -245,43 +239,21 @@ async fn a_replica_sentinel_never_promotes_does_not_count() {
 
 /// Hole: Sentinel promotes the replica with the lowest `replica-priority` first and only then
 /// the one with the highest offset, so `WAIT 1` met by a priority-100 replica while the
-/// priority-2 one lags answered `won` for writes the promoted replica may never see. Now every
-/// connected replica must acknowledge: with the priority-2 replica stalled (SIGSTOP, still
-/// connected to the primary), no claim is answered `won`; once it runs again, selling resumes.
+/// priority-2 one lags answered `won` for writes the promoted replica may never see. Now a win
+/// counts only once replicas Sentinel would pick first have it: with the priority-2 replica
+/// stalled (SIGSTOP, still connected to the primary), no claim is answered `won`; once it runs
+/// again, selling resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_replica_sentinel_would_promote_first_is_waited_for() {
     let redis = SentinelSetup::start_with(&[2]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while replicas_of(redis.primary.port)
-        .matches("state=online")
-        .count()
-        < 2
-    {
-        assert!(Instant::now() < deadline, "both replicas never came online");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    replicas_online(redis.primary.port, 2).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
-    cfg.scale.redis = vec![redis.sentinel_url()];
-    cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
-    cfg.scale.postgres = Some(pg().fresh_db().await);
-    cfg.scale.pipeline.redis_wait_replicas = Some(1);
-    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
-    let c = Client::new(&server.url(), TOKEN);
+    let (server, c) = serve_waiting_for_one(&redis, dir.path()).await;
     c.create_campaign(&json!({"id": "pr", "stock": 1000}))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        // The sentinel learns of the second replica a few seconds after it connects.
-        match c.claim("pr", "warm", 1, Some("warm-1")).await.unwrap() {
-            ClaimReply::Processed(a) if a.outcome == Outcome::Won => break,
-            other => {
-                assert!(Instant::now() < deadline, "never served: {other:?}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    // The sentinel learns of the second replica a few seconds after it connects.
+    won_keyed(&c, "pr", "warm", redis.primary.port).await;
     let favourite = &redis.others[0];
     favourite.signal(libc::SIGSTOP);
     let storm = (0..40).map(|i| {

@@ -28,8 +28,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::engine::redis::promotable;
+use crate::engine::redis::link::Link;
+use crate::engine::redis::promotable::{self, Addr, Promotable};
 use crate::engine::redis::{Health, RedisConn};
+use redis::ConnectionAddr;
 
 /// The key every `WAIT` is preceded by a write to.
 const FENCE_KEY: &str = "seckill:replicated";
@@ -73,13 +75,9 @@ impl WaitReplicas {
         let Some(p) = link.promotable() else {
             return self.replicas.to_string();
         };
-        let recent = Instant::now()
-            .checked_sub(VIEW_REUSE)
-            .unwrap_or_else(Instant::now);
         let ahead = async {
-            let view = p.view_since(recent, link).await?;
             let (_, addr) = link.server().context("the Redis connection is down")?;
-            view.need(self.replicas, &addr)
+            self.sentinel_need(p, link, &addr).await
         };
         match ahead.await {
             Ok((k, ahead)) => {
@@ -94,6 +92,20 @@ impl WaitReplicas {
                 NONE_WILL_DO.to_string()
             }
         }
+    }
+
+    /// Behind Sentinel: what a write to `addr` waits for (`View::need`), from a view asked at
+    /// most [`VIEW_REUSE`] ago.
+    async fn sentinel_need(
+        &self,
+        p: &Promotable,
+        link: &Link,
+        addr: &ConnectionAddr,
+    ) -> anyhow::Result<(u32, Vec<Addr>)> {
+        let recent = Instant::now()
+            .checked_sub(VIEW_REUSE)
+            .unwrap_or_else(Instant::now);
+        p.view_since(recent, link).await?.need(self.replicas, addr)
     }
 
     /// Ok once `replicas` replicas that could carry the writes through a failover — behind
@@ -116,16 +128,7 @@ impl WaitReplicas {
         same_link("before waiting for replicas")?;
         let sentinel = link.promotable();
         let need = match sentinel {
-            Some(p) => {
-                let recent = Instant::now()
-                    .checked_sub(VIEW_REUSE)
-                    .unwrap_or_else(Instant::now);
-                let ahead = p
-                    .view_since(recent, link)
-                    .await?
-                    .need(self.replicas, &addr)?;
-                ahead.0
-            }
+            Some(p) => self.sentinel_need(p, link, &addr).await?.0,
             None => self.replicas,
         };
         let mut pipe = redis::pipe();
