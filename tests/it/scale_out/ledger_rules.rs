@@ -75,6 +75,22 @@ async fn the_postgres_ledger_refuses_what_the_guarantees_forbid() {
         refused(&ledger, vec![new(order("k-2", "u2", Some(&["A"]), active))]).await,
         "live_codes_pkey"
     );
+    // A cancelled order gives back its code and its buyer's unit.
+    sqlx::query("UPDATE orders SET state = 'cancelled' WHERE order_id = 'k-1'")
+        .execute(ledger.pool())
+        .await
+        .unwrap();
+    ledger
+        .apply_pipeline(&[new(order("k-2", "u2", Some(&["A"]), active))], None)
+        .await
+        .unwrap();
+    let held: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT user_id, units FROM holdings WHERE campaign_id = 'k' ORDER BY user_id",
+    )
+    .fetch_all(ledger.pool())
+    .await
+    .unwrap();
+    assert_eq!(held, [("u1".into(), 0), ("u2".into(), 1)]);
 
     // A pending order resolves once: expired, it cannot be confirmed by a direct write.
     let pending = order("h-1", "u1", None, OrderState::Pending);
