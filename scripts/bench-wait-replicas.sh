@@ -27,7 +27,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     psql "$PG" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
+    [ -n "${BENCH_KEEP:-}" ] && echo "kept $WORK" || rm -rf "$WORK"
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -73,4 +73,10 @@ print(f"| {os.environ['WAIT']} | {os.environ['PRESET']} | {cps:.0f} | {p99:.1f} 
 PY
     done
     kill "$SERVE"; wait "$SERVE" 2>/dev/null || true
+    # Why any claim was not answered: the server's warnings and errors, most frequent first.
+    if grep -qE " (WARN|ERROR) " "$WORK/serve-$wait.log"; then
+        echo "  --redis-wait-replicas $wait, server warnings and errors (count, line without its time):"
+        grep -E " (WARN|ERROR) " "$WORK/serve-$wait.log" | sed -E 's/^[^ ]+ +//' | cut -c1-200 \
+            | sort | uniq -c | sort -rn | head -8 | sed 's/^/  /'
+    fi
 done

@@ -125,9 +125,15 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         debug_assert!(ErrorCode::ALL.contains(&self.code), "{}", self.code);
         // A refusal (`overloaded`) is the service doing its job and is only summarised
-        // (`refusals.rs`); any other server error — the engine or ledger failing, an outcome
-        // unknown — is logged, each one.
-        if self.status.is_server_error() && self.code != "overloaded" {
+        // (`refusals.rs`); a part unavailable (nothing changed) is logged at most once a
+        // second; any other server error — the engine or ledger failing, an outcome unknown —
+        // is logged, each one.
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            && self.code != "overloaded"
+            && !self.outcome_unknown
+        {
+            super::refusals::unavailable(self.code, &self.message);
+        } else if self.status.is_server_error() && self.code != "overloaded" {
             tracing::error!(
                 status = self.status.as_u16(),
                 code = self.code,

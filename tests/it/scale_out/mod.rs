@@ -27,6 +27,7 @@ mod reclaim_lease;
 mod redis_outage;
 mod redis_settings;
 mod reissued;
+mod replica_lag;
 mod replica_waits;
 mod sentinel;
 mod sentinel_failover;

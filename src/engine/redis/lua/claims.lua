@@ -71,23 +71,32 @@ elseif status and m[3] ~= '' and now >= tonumber(m[3]) then shared = answer('end
 
 -- A replica counts when it is online and acknowledged the primary within the last 2 s (it
 -- sends an acknowledgement every second): one that stopped answering is not waited for.
-local replicas_short = false
-local need = tonumber(string.match(ARGV[5], '^%d+'))
-if need > 0 then
+-- Redis at times reports a lag of -1 for a replica that acknowledged a moment ago (it
+-- subtracts two clock readings taken differently): that one is in sync; read as "no lag
+-- field", it refused about 1% of claim batches under load (docs/BENCHMARKS.md). (Delimited so the test
+-- scale_out::replica_waits::a_replica_acknowledging_this_second_counts runs these very lines.)
+-- in_sync begin
+local function in_sync(spec, info)
+  local need = tonumber(string.match(spec, '^%d+'))
   local among = nil
-  for a in string.gmatch(ARGV[5], ' (%S+)') do
+  for a in string.gmatch(spec, ' (%S+)') do
     among = among or {}
     among[a] = true
   end
-  local info = redis.call('INFO', 'replication')
   local ok = 0
   for ip, port, state, lag in string.gmatch(info,
-      'slave%d+:ip=([^,\r\n]+),port=(%d+),state=(%a+),[^\r\n]-lag=(%d+)') do
+      'slave%d+:ip=([^,\r\n]+),port=(%d+),state=([%a_]+),[^\r\n]-lag=(%-?%d+)') do
     if state == 'online' and tonumber(lag) <= 2 and (not among or among[ip .. ':' .. port]) then
       ok = ok + 1
     end
   end
-  replicas_short = ok < need
+  return ok >= need
+end
+-- in_sync end
+
+local replicas_short = false
+if tonumber(string.match(ARGV[5], '^%d+')) > 0 then
+  replicas_short = not in_sync(ARGV[5], redis.call('INFO', 'replication'))
 end
 
 local n = (#ARGV - 5) / 3
