@@ -31,6 +31,7 @@ mod replica_lag;
 mod replica_waits;
 mod sentinel;
 mod sentinel_failover;
+mod sentinel_kill;
 mod stale_resolutions;
 mod stale_snapshot;
 mod stream_rebuild;

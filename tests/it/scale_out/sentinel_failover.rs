@@ -32,11 +32,11 @@ use crate::helpers::{settle_url, TOKEN};
 use crate::invariants;
 use crate::servers::{pg, redis_raw, SentinelSetup};
 
-const CAMPAIGN: &str = "handover";
-const PAID: &str = "paid";
-const HOLD_SECS: u64 = 20;
+pub(super) const CAMPAIGN: &str = "handover";
+pub(super) const PAID: &str = "paid";
+pub(super) const HOLD_SECS: u64 = 20;
 
-async fn serve(
+pub(super) async fn serve(
     redis: &SentinelSetup,
     pg_url: &str,
     dir: &std::path::Path,
@@ -49,7 +49,7 @@ async fn serve(
 }
 
 /// Claims of fresh users on `client` in rounds of 32 until `stop`; every processed answer.
-fn storm(
+pub(super) fn storm(
     client: Client,
     prefix: &'static str,
     next: Arc<AtomicUsize>,
@@ -73,7 +73,7 @@ fn storm(
     })
 }
 
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+pub(super) fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !ok() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -94,7 +94,7 @@ async fn graceful_failover_with_two_replicas_keeps_every_win_and_confirm() {
 }
 
 /// Orders of buyers on a campaign with holds, to confirm during the failover.
-async fn held_orders(c: &Client, n: usize) -> Vec<String> {
+pub(super) async fn held_orders(c: &Client, n: usize) -> Vec<String> {
     c.create_campaign(&json!({"id": PAID, "stock": n, "hold_seconds": HOLD_SECS}))
         .await
         .unwrap();
@@ -122,7 +122,7 @@ async fn held_orders(c: &Client, n: usize) -> Vec<String> {
 
 /// Confirms each order through `c`, all at once, until it answers 200 or says the order is no
 /// longer pending; the orders answered 200.
-async fn confirm_all(c: Client, ids: Vec<String>) -> Vec<String> {
+pub(super) async fn confirm_all(c: Client, ids: Vec<String>) -> Vec<String> {
     let tries = ids.into_iter().map(|id| {
         let c = c.clone();
         async move {
