@@ -22,6 +22,7 @@ mod ledger_rules;
 mod ledger_upgrade;
 mod locks;
 mod metrics;
+mod model;
 mod openapi;
 mod process;
 mod scale_out;

@@ -1,0 +1,124 @@
+//! The scale-out order protocol as a model, explored exhaustively by `stateright` at small
+//! bounds: the claim gate in Redis, the order stream with a consumer group (read, write,
+//! acknowledge, a consumer dying, its entries reclaimed), the freshness check after Redis came
+//! back from an older snapshot, and the PostgreSQL ledger with or without its rules.
+//! `docs/PROTOCOL.md` puts each action beside the code path it stands for.
+//!
+//! The design of 907f9e7 (a stale gate rebuilt from the ledger alone, a ledger that writes down
+//! whatever it is handed) is found to oversell in the ledger — hole 1 of the ledger issue, the
+//! same steps as its reproduction — and today's design (a stale gate with orders in its stream
+//! fenced until the pipeline drained it; a ledger that refuses units beyond the total or the
+//! limit) holds in every reachable state.
+
+mod protocol;
+
+use stateright::{Checker, Model};
+
+use protocol::{Action, Design, Protocol, SAFETY};
+
+fn check(design: Design) -> impl Checker<Protocol> {
+    Protocol::small(design).checker().spawn_bfs().join()
+}
+
+/// Every safety property holds in every reachable state, and the fault the model is about
+/// (Redis restored while its stream held an order a consumer had read) was reached.
+fn assert_safe(c: &impl Checker<Protocol>) {
+    for p in SAFETY {
+        c.assert_no_discovery(p);
+    }
+    c.assert_any_discovery("a restore while the stream holds a read order");
+}
+
+#[test]
+fn the_design_before_the_ledger_rules_oversells_after_redis_goes_back_in_time() {
+    let c = check(Design::BEFORE);
+    let path = c.assert_any_discovery("the ledger's live units never exceed the total");
+    let actions = path.into_actions();
+    eprintln!(
+        "hole 1, as the model finds it ({} steps): {actions:?}",
+        actions.len()
+    );
+    // The counterexample goes through a restore of an older snapshot while the stream held an
+    // order a consumer had read (the premise of hole 1), then a rebuild from the ledger alone.
+    assert!(actions.contains(&Action::RestoreSnapshot), "{actions:?}");
+    assert!(actions.contains(&Action::FreshnessCheck), "{actions:?}");
+    assert!(c
+        .discovery("a buyer's live units never exceed the limit")
+        .is_some());
+    // And hole 1 exactly as reproduced: u0 wins and a consumer reads Q-1 and dies; Redis
+    // saves a snapshot; u1 wins and Q-2 reaches the ledger; Redis restarts from the snapshot;
+    // the freshness check rebuilds from the ledger alone, so u0 wins again; then the
+    // reclaimer writes Q-1: three live units for a total of two, u0 holding two.
+    let hole_1 = vec![
+        Action::Claim(0),
+        Action::Read,
+        Action::CrashConsumer,
+        Action::Snapshot,
+        Action::Claim(1),
+        Action::Read,
+        Action::Write(2),
+        Action::RestoreSnapshot,
+        Action::FreshnessCheck,
+        Action::Claim(0),
+        Action::Read,
+        Action::Write(3),
+        Action::Reclaim(1),
+        Action::Write(1),
+    ];
+    c.assert_discovery(
+        "the ledger's live units never exceed the total",
+        hole_1.clone(),
+    );
+    c.assert_discovery("a buyer's live units never exceed the limit", hole_1);
+}
+
+#[test]
+fn todays_design_holds_in_every_reachable_state() {
+    let c = check(Design::NOW);
+    assert_safe(&c);
+    c.assert_any_discovery("a fenced gate rebuilt from the drained ledger");
+    eprintln!(
+        "today's design: {} states ({} unique), depth {}",
+        c.state_count(),
+        c.unique_state_count(),
+        c.max_depth()
+    );
+    assert!(
+        c.unique_state_count() > 1_000,
+        "the model explored too little"
+    );
+    // Where Redis lost acknowledged orders a consumer still writes, the rules refuse one.
+    let refused = c.assert_any_discovery("the ledger refuses an order");
+    eprintln!(
+        "today's design, a refusal of the ledger: {:?}",
+        refused.into_actions()
+    );
+}
+
+/// The fenced rebuild alone is not enough: a consumer still alive holds in memory an order it
+/// read before Redis went back to a snapshot that never had it; the stream is empty, so the
+/// gate is rebuilt from the ledger at once, resells that unit, and the consumer then writes
+/// its order. Only the ledger's rules stop the oversell (the later buyer told `won` is
+/// recorded in failed_orders): a Redis that lost acknowledged writes decided more wins than
+/// units, and the ledger is the last place that can refuse one.
+#[test]
+fn the_fenced_rebuild_alone_misses_a_consumer_still_writing_what_redis_forgot() {
+    let fence_only = check(Design {
+        fence_stale_with_stream: true,
+        ledger_rules: false,
+    });
+    let path = fence_only.assert_any_discovery("the ledger's live units never exceed the total");
+    let actions = path.into_actions();
+    eprintln!(
+        "fenced rebuild without the ledger's rules ({} steps): {actions:?}",
+        actions.len()
+    );
+    assert!(actions.contains(&Action::RestoreSnapshot), "{actions:?}");
+
+    let rules_only = check(Design {
+        fence_stale_with_stream: false,
+        ledger_rules: true,
+    });
+    assert_safe(&rules_only);
+    rules_only.assert_any_discovery("the ledger refuses an order");
+}
