@@ -131,6 +131,7 @@ impl WaitReplicas {
             Some(p) => self.sentinel_need(p, link, &addr).await?.0,
             None => self.replicas,
         };
+        let started = Instant::now();
         let mut pipe = redis::pipe();
         pipe.cmd("INCR").arg(FENCE_KEY);
         if sentinel.is_some() {
@@ -161,6 +162,28 @@ impl WaitReplicas {
             // Which replicas have the write, from their offsets, asked after they answered:
             // a promotion begun before shows in it too.
             Some(p) => {
+                let view = p.view_since(acked_at, link).await?;
+                same_link("while asking the sentinels")?;
+                let Err(short) = view.acked(self.replicas, &addr, written) else {
+                    return Ok(());
+                };
+                // `WAIT k` can be met by a replica that does not count (a priority-0 backup
+                // acknowledging first while the promotable one catches up after a restart):
+                // with time left, wait for every online replica and look once more.
+                let online = view.replicas.iter().filter(|r| r.online).count() as u32;
+                let left = (started + self.timeout).saturating_duration_since(Instant::now());
+                if online <= need || left.is_zero() {
+                    return Err(short);
+                }
+                let mut pipe = redis::pipe();
+                pipe.cmd("WAIT")
+                    .arg(online)
+                    .arg(left.as_millis().max(1) as u64);
+                link.request_many(&pipe, 0, 1)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("WAIT for replicas failed: {e}"))?;
+                let acked_at = Instant::now();
+                same_link("while waiting for replicas")?;
                 let view = p.view_since(acked_at, link).await?;
                 same_link("while asking the sentinels")?;
                 view.acked(self.replicas, &addr, written)

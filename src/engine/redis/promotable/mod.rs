@@ -29,7 +29,10 @@
 //!
 //! Offsets, not `WAIT`'s count, say *which* replicas have the write. The `WAIT` only waits for
 //! as many as must answer (`View::need`: `n` when the candidates share one priority), so a
-//! lagging replica — a priority-0 backup, one in a full sync — slows nothing. Left open: the
+//! lagging replica — a priority-0 backup, one in a full sync — slows nothing. When the replicas
+//! that answered first are not the ones that count (a priority-0 backup ahead of a promotable
+//! replica catching up after a restart), the rest of the timeout waits for every online
+//! replica and the offsets are read once more (`batch/replicas.rs`). Left open: the
 //! view's `INFO` shares the multiplexed link with other batches' `WAIT`s, so with a slow replica
 //! a confirm can take about twice `--redis-wait-timeout-ms`.
 
