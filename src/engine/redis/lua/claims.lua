@@ -75,8 +75,9 @@ elseif status and m[3] ~= '' and now >= tonumber(m[3]) then shared = answer('end
 -- subtracts two clock readings taken differently): that one is in sync; read as "no lag
 -- field", it refused about 1% of claim batches under load (docs/BENCHMARKS.md). A lag below
 -- -1 means the primary's clock was stepped back since the last acknowledgement, which says
--- nothing of the replica (one silent for minutes shows a large negative lag): not in sync. (Delimited so the test
--- scale_out::replica_waits::a_replica_acknowledging_this_second_counts runs these very lines.)
+-- nothing of the replica (one silent for minutes shows a large negative lag): not in sync.
+-- (Delimited so the test scale_out::replica_lag::a_replica_acknowledging_this_second_counts
+-- runs these very lines.)
 -- in_sync begin
 local function in_sync(spec, info)
   local need = tonumber(string.match(spec, '^%d+'))
