@@ -46,7 +46,7 @@ trap cleanup EXIT
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-RPORT=$(free_port); PGPORT=$(free_port); PORT=$(free_port)
+RPORT=$(free_port); PGPORT=$(free_port)
 mkdir -p "$WORK/cg"
 [ "$(id -u)" -eq 0 ] && chown -R postgres "$WORK"
 as_pg "$PGBIN/initdb" -U postgres -A trust -N -D "$WORK/pg" >/dev/null
@@ -85,6 +85,7 @@ phase() {
         --redis "redis://127.0.0.1:$RPORT" --postgres "postgres://postgres@127.0.0.1:$PGPORT/bench" \
         >>"$WORK/serve.log" 2>&1 &
     serve=$!
+    PIDS+=("$serve")
     until curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; do sleep 0.2; done
     curl -sf -XPOST "http://127.0.0.1:$port/v1/campaigns" -H "authorization: Bearer $TOKEN" \
         -H 'content-type: application/json' \

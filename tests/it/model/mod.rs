@@ -37,7 +37,7 @@ fn assert_safe(c: &impl Checker<Protocol>) {
 #[test]
 fn the_design_before_the_ledger_rules_oversells_after_redis_goes_back_in_time() {
     let c = check(Design::BEFORE);
-    let path = c.assert_any_discovery("the ledger's live units never exceed the total");
+    let path = c.assert_any_discovery(SAFETY[0]);
     let actions = path.into_actions();
     eprintln!(
         "hole 1, as the model finds it ({} steps): {actions:?}",
@@ -47,9 +47,7 @@ fn the_design_before_the_ledger_rules_oversells_after_redis_goes_back_in_time() 
     // order a consumer had read (the premise of hole 1), then a rebuild from the ledger alone.
     assert!(actions.contains(&Action::RestoreSnapshot), "{actions:?}");
     assert!(actions.contains(&Action::FreshnessCheck), "{actions:?}");
-    assert!(c
-        .discovery("a buyer's live units never exceed the limit")
-        .is_some());
+    assert!(c.discovery(SAFETY[1]).is_some());
     // And hole 1 exactly as reproduced: u0 wins and a consumer reads Q-1 and dies; Redis
     // saves a snapshot; u1 wins and Q-2 reaches the ledger; Redis restarts from the snapshot;
     // the freshness check rebuilds from the ledger alone, so u0 wins again; then the
@@ -70,11 +68,8 @@ fn the_design_before_the_ledger_rules_oversells_after_redis_goes_back_in_time() 
         Action::Reclaim(1),
         Action::Write(1),
     ];
-    c.assert_discovery(
-        "the ledger's live units never exceed the total",
-        hole_1.clone(),
-    );
-    c.assert_discovery("a buyer's live units never exceed the limit", hole_1);
+    c.assert_discovery(SAFETY[0], hole_1.clone());
+    c.assert_discovery(SAFETY[1], hole_1);
 }
 
 #[test]
@@ -112,7 +107,7 @@ fn the_fenced_rebuild_alone_misses_a_consumer_still_writing_what_redis_forgot() 
         fence_stale_with_stream: true,
         ledger_rules: false,
     });
-    let path = fence_only.assert_any_discovery("the ledger's live units never exceed the total");
+    let path = fence_only.assert_any_discovery(SAFETY[0]);
     let actions = path.into_actions();
     eprintln!(
         "fenced rebuild without the ledger's rules ({} steps): {actions:?}",

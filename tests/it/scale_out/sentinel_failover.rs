@@ -81,6 +81,48 @@ pub(super) fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// Returns once the sentinel names either replica as the primary.
+pub(super) fn wait_for_promotion(redis: &SentinelSetup) {
+    let replicas: Vec<String> = std::iter::once(&redis.replica)
+        .chain(&redis.others)
+        .map(|r| format!("\r\n{}\r\n", r.port))
+        .collect();
+    let master = format!("SENTINEL get-master-addr-by-name {}", SentinelSetup::MASTER);
+    wait_for("the promotion of either replica", || {
+        redis_raw(redis.sentinel_port, &master)
+            .is_some_and(|r| replicas.iter().any(|p| r.contains(p)))
+    });
+}
+
+/// Stops the storms; every answer they got.
+pub(super) async fn stop_storms(
+    stop: &AtomicBool,
+    storms: Vec<tokio::task::JoinHandle<Vec<(String, ClaimAnswer)>>>,
+) -> Vec<(String, ClaimAnswer)> {
+    stop.store(true, Ordering::Release);
+    let mut answers = Vec::new();
+    for s in storms {
+        answers.extend(s.await.unwrap());
+    }
+    answers
+}
+
+/// Past every hold's deadline (held at `held_at`), each order answered 200 to its confirm is
+/// `confirmed` in the ledger: one lost by the failover would have expired by now.
+pub(super) async fn assert_confirms_kept(c: &Client, held_at: Instant, confirmed: &[String]) {
+    tokio::time::sleep(Duration::from_secs(HOLD_SECS + 1).saturating_sub(held_at.elapsed())).await;
+    settle_url(c).await;
+    let ledger = c.all_orders(PAID).await.unwrap();
+    for id in confirmed {
+        let state = ledger.iter().find(|o| &o.order_id == id).map(|o| o.state);
+        assert_eq!(
+            state,
+            Some(seckill::domain::OrderState::Confirmed),
+            "order {id} was answered 200 to its confirm"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_failover_neither_oversells_nor_loses_wins() {
     graceful_failover(SentinelSetup::start()).await;
@@ -200,15 +242,7 @@ async fn graceful_failover(redis: SentinelSetup) {
     );
     // The payment callback confirms through A, connected to the old primary.
     let confirms = tokio::spawn(confirm_all(client_a.clone(), payers));
-    // Either replica may be promoted.
-    let replicas: Vec<String> = std::iter::once(&redis.replica)
-        .chain(&redis.others)
-        .map(|r| format!("\r\n{}\r\n", r.port))
-        .collect();
-    let master = format!("SENTINEL get-master-addr-by-name {}", SentinelSetup::MASTER);
-    wait_for("the promotion", || {
-        redis_raw(sentinel, &master).is_some_and(|r| replicas.iter().any(|p| r.contains(p)))
-    });
+    wait_for_promotion(&redis);
     // B reconnects now (a restart): the sentinel sends it to the new primary while A is
     // still connected to the old one, which has not been demoted yet.
     let old = redis.primary.port;
@@ -256,11 +290,7 @@ async fn graceful_failover(redis: SentinelSetup) {
         redis_raw(old, "ROLE").is_some_and(|r| r.contains("slave"))
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Release);
-    let mut answers = Vec::new();
-    for s in storms {
-        answers.extend(s.await.unwrap());
-    }
+    let answers = stop_storms(&stop, storms).await;
     settle_url(&client_a).await;
     settle_url(&Client::new(&b2.url(), TOKEN)).await;
 
@@ -278,19 +308,7 @@ async fn graceful_failover(redis: SentinelSetup) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let confirmed = confirms.await.unwrap();
-    // Past every hold's deadline: an order answered 200 to a confirm and then lost by the
-    // failover would have expired by now.
-    tokio::time::sleep(Duration::from_secs(HOLD_SECS + 1).saturating_sub(held_at.elapsed())).await;
-    settle_url(&client_a).await;
-    let ledger = client_a.all_orders(PAID).await.unwrap();
-    for id in &confirmed {
-        let state = ledger.iter().find(|o| &o.order_id == id).map(|o| o.state);
-        assert_eq!(
-            state,
-            Some(seckill::domain::OrderState::Confirmed),
-            "order {id} was answered 200 to its confirm"
-        );
-    }
+    assert_confirms_kept(&client_a, held_at, &confirmed).await;
     eprintln!(
         "{} of 60 confirms answered 200 across the failover",
         confirmed.len()

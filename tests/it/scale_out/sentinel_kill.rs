@@ -18,7 +18,8 @@ use serde_json::json;
 use seckill::bench::client::Client;
 
 use super::sentinel_failover::{
-    confirm_all, held_orders, serve, storm, wait_for, CAMPAIGN, HOLD_SECS, PAID,
+    assert_confirms_kept, confirm_all, held_orders, serve, stop_storms, storm, wait_for,
+    wait_for_promotion, CAMPAIGN,
 };
 use super::won_of;
 use crate::helpers::{settle_url, TOKEN};
@@ -63,38 +64,15 @@ async fn kill_9_failover_with_two_replicas_keeps_every_win_and_confirm() {
     for r in std::iter::once(&redis.replica).chain(&redis.others) {
         r.signal(libc::SIGCONT);
     }
-    let replicas: Vec<String> = std::iter::once(&redis.replica)
-        .chain(&redis.others)
-        .map(|r| format!("\r\n{}\r\n", r.port))
-        .collect();
-    let sentinel = redis.sentinel_port;
-    let master = format!("SENTINEL get-master-addr-by-name {}", SentinelSetup::MASTER);
-    wait_for("the promotion of either replica", || {
-        redis_raw(sentinel, &master).is_some_and(|r| replicas.iter().any(|p| r.contains(p)))
-    });
+    wait_for_promotion(&redis);
     // Selling goes on once the other replica follows the promoted one.
     let sold_before = next.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    stop.store(true, Ordering::Release);
-    let mut answers = Vec::new();
-    for s in storms {
-        answers.extend(s.await.unwrap());
-    }
+    let answers = stop_storms(&stop, storms).await;
     settle_url(&client_a).await;
     settle_url(&client_b).await;
     let confirmed = confirms.await.unwrap();
-    // Past every hold's deadline: a confirm answered 200 and then lost would have expired.
-    tokio::time::sleep(Duration::from_secs(HOLD_SECS + 1).saturating_sub(held_at.elapsed())).await;
-    settle_url(&client_a).await;
-    let ledger = client_a.all_orders(PAID).await.unwrap();
-    for id in &confirmed {
-        let state = ledger.iter().find(|o| &o.order_id == id).map(|o| o.state);
-        assert_eq!(
-            state,
-            Some(seckill::domain::OrderState::Confirmed),
-            "order {id} was answered 200 to its confirm"
-        );
-    }
+    assert_confirms_kept(&client_a, held_at, &confirmed).await;
     let won = won_of(&answers);
     let won_after: usize = answers
         .iter()
