@@ -15,6 +15,7 @@
 //! | `commit_unknown_after=N` | the N-th non-empty batch commits, then reports an I/O error |
 //! | `writer_panic_after=N` | the N-th non-empty batch panics before it is written |
 //! | `disk_full_while=PATH` | while PATH exists, every batch fails as SQLite's `SQLITE_FULL` |
+//! | `io_error_while=PATH` | while PATH exists, every batch ends in a disk I/O error at its commit (an fsync that failed): the odd ones committed, the even ones rolled back, so recovery meets both truths behind the one error |
 //! | `stop_after_reclaim=PATH` | if PATH exists when the pipeline has reclaimed entries and is about to write them, PATH is removed and the process stops itself with SIGSTOP (a pause at the worst moment for the reclaim lease) |
 
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ struct Faults {
     commit_unknown_after: Option<u64>,
     writer_panic_after: Option<u64>,
     disk_full_while: Option<PathBuf>,
+    io_error_while: Option<PathBuf>,
     stop_after_reclaim: Option<PathBuf>,
 }
 
@@ -44,6 +46,7 @@ fn parse(spec: &str) -> Faults {
             "commit_unknown_after" => f.commit_unknown_after = value.parse().ok(),
             "writer_panic_after" => f.writer_panic_after = value.parse().ok(),
             "disk_full_while" => f.disk_full_while = Some(PathBuf::from(value)),
+            "io_error_while" => f.io_error_while = Some(PathBuf::from(value)),
             "stop_after_reclaim" => f.stop_after_reclaim = Some(PathBuf::from(value)),
             _ => tracing::warn!(entry, "unknown SECKILL_FAULTS entry ignored"),
         }
@@ -60,6 +63,9 @@ pub enum BatchFault {
     None,
     /// Write and commit the batch, then report an I/O error (an ambiguous commit).
     UnknownAfterCommit,
+    /// Write the batch, roll it back, then report the same I/O error (the other truth of an
+    /// ambiguous commit).
+    UnknownRolledBack,
     /// Panic before writing anything.
     Panic,
     /// Fail before writing anything, as SQLite does when the disk is full.
@@ -72,12 +78,20 @@ pub fn next_batch() -> BatchFault {
     if f.commit_unknown_after.is_none()
         && f.writer_panic_after.is_none()
         && f.disk_full_while.is_none()
+        && f.io_error_while.is_none()
     {
         return BatchFault::None;
     }
     let n = BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
     if f.disk_full_while.as_ref().is_some_and(|p| p.exists()) {
         return BatchFault::DiskFull;
+    }
+    if f.io_error_while.as_ref().is_some_and(|p| p.exists()) {
+        return if n % 2 == 1 {
+            BatchFault::UnknownAfterCommit
+        } else {
+            BatchFault::UnknownRolledBack
+        };
     }
     if f.writer_panic_after == Some(n) {
         return BatchFault::Panic;
@@ -108,8 +122,9 @@ mod tests {
     fn parses_entries_and_ignores_unknown_ones() {
         let f = parse(
             "commit_unknown_after=3, writer_panic_after=x,disk_full_while=/tmp/f,nope,\
-             stop_after_reclaim=/tmp/s",
+             stop_after_reclaim=/tmp/s,io_error_while=/tmp/i",
         );
+        assert_eq!(f.io_error_while, Some(PathBuf::from("/tmp/i")));
         assert_eq!(f.stop_after_reclaim, Some(PathBuf::from("/tmp/s")));
         assert_eq!(f.commit_unknown_after, Some(3));
         assert_eq!(f.writer_panic_after, None);

@@ -63,10 +63,24 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> anyhow::Result<(StatusCode, Value)> {
+        self.admin_keyed(method, path, body, None).await
+    }
+
+    /// [`Client::admin`] with an optional `Idempotency-Key`.
+    pub async fn admin_keyed(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
         let mut req = self
             .http
             .request(method, self.url(path))
             .bearer_auth(&self.token);
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
         if let Some(b) = body {
             req = req.json(b);
         }

@@ -95,6 +95,10 @@ impl FromStr for EventSpec {
     }
 }
 
+/// How the detail of an admin change that no attempt got an answer for begins: it may have
+/// been applied (once: its retries share one Idempotency-Key) or not.
+pub const UNANSWERED: &str = "unanswered after 6 attempts, outcome unknown";
+
 /// What happened to one event.
 #[derive(Debug, Clone, Serialize)]
 pub struct EventRecord {
@@ -110,10 +114,11 @@ pub struct EventRecord {
     pub cancelled: Vec<String>,
 }
 
-/// Runs `specs` in time order against `campaign` while the storm runs.
+/// Runs `specs` in time order against `campaign` while the storm runs; `clients`: one per
+/// instance (admin changes are retried on the next one).
 pub async fn run(
     specs: Vec<EventSpec>,
-    client: Client,
+    clients: Vec<Client>,
     campaign: String,
     codes: bool,
     stop: Stop,
@@ -134,7 +139,7 @@ pub async fn run(
             continue;
         }
         let sent_s = live.started.elapsed().as_secs_f64();
-        let (ok, detail, cancelled) = fire(spec.action, n, &client, &campaign, codes, &live).await;
+        let (ok, detail, cancelled) = fire(spec.action, n, &clients, &campaign, codes, &live).await;
         let done_at = Instant::now();
         tracing::info!(?spec, ok, detail, "bench event");
         out.push(EventRecord {
@@ -178,18 +183,45 @@ async fn wait_for(when: When, stop: Stop, live: &Live) -> bool {
 async fn fire(
     action: Action,
     n: usize,
-    client: &Client,
+    clients: &[Client],
     campaign: &str,
     codes: bool,
     live: &Live,
 ) -> (bool, String, Vec<String>) {
-    let admin = |path: String, body: Option<serde_json::Value>| async move {
-        match client.admin(Method::POST, &path, body.as_ref()).await {
-            Ok((s, _)) if s.is_success() => (true, format!("{s}")),
-            Ok((s, b)) => (false, format!("{s}: {b}")),
-            Err(e) => (false, format!("{e:#}")),
+    // As an operator's tooling does: one Idempotency-Key per change, and a change that got no
+    // answer or a 5xx sent again with it, to the next instance, until it is answered (up to
+    // six attempts, 500 ms apart). The key makes the retries one change.
+    let key = format!("bench-event-{n}-{campaign}");
+    let admin = |path: String, body: Option<serde_json::Value>| {
+        let key = key.clone();
+        async move {
+            let mut last = String::new();
+            for attempt in 0..6 {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                let client = &clients[attempt % clients.len()];
+                match client
+                    .admin_keyed(Method::POST, &path, body.as_ref(), Some(&key))
+                    .await
+                {
+                    Ok((s, _)) if s.is_success() => {
+                        return (true, format!("{s} (attempt {})", attempt + 1))
+                    }
+                    // After an unanswered attempt a refusal (a 408, say) does not tell
+                    // whether that attempt landed.
+                    Ok((s, b)) if s.is_client_error() && !last.is_empty() => {
+                        return (false, format!("{UNANSWERED}: then {s}: {b}"))
+                    }
+                    Ok((s, b)) if s.is_client_error() => return (false, format!("{s}: {b}")),
+                    Ok((s, b)) => last = format!("{s}: {b}"),
+                    Err(e) => last = format!("{e:#}"),
+                }
+            }
+            (false, format!("{UNANSWERED}: {last}"))
         }
     };
+    let client = &clients[0];
     let base = format!("/v1/campaigns/{campaign}");
     match action {
         Action::Pause => {

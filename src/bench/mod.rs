@@ -103,7 +103,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
     let server_before = server.as_deref().and_then(cpu_seconds);
     let events_task = tokio::spawn(events::run(
         plan.events.clone(),
-        client.clone(),
+        urls.iter().map(|u| Client::new(u, &token)).collect(),
         campaign.clone(),
         kind == Kind::Codes,
         plan.stop,
@@ -131,7 +131,6 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
     let server_cpu = server_before
         .zip(server.as_deref().and_then(cpu_seconds))
         .map(|(a, b)| 1e6 * (b - a) / result.tally.requests().max(1) as f64);
-    let storm_end = crate::domain::now();
     let payments = match payer {
         Some(p) => Some(
             p.finish()
@@ -186,9 +185,18 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             cancelled_by_bench: &cancelled,
         });
         let holds = payments.as_ref().map(|p| {
-            let demand_left = tally.last_sold_out_sent.is_some();
+            // The wall-clock time of the last qty-1 sold_out, to compare with resolved_at.
+            // Only a sold_out after the last restock and cancel says every unit was sold once.
+            // The send time: the server decided no earlier than that.
+            let last_sold_out = tally
+                .last_sold_out_sent
+                .filter(|at| last_supply_change.is_none_or(|change| *at > change))
+                .map(|at| {
+                    crate::domain::now()
+                        - chrono::TimeDelta::from_std(at.elapsed()).unwrap_or_default()
+                });
             let total = drained.view.total;
-            let (found, summary) = payer::check(&drained.orders, p, storm_end, total, demand_left);
+            let (found, summary) = payer::check(&drained.orders, p, last_sold_out, total);
             violations.extend(found);
             summary
         });
@@ -254,6 +262,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         timeline,
         plan,
         wins,
+        confirmed: payments.map(|p| p.confirmed).unwrap_or_default(),
     })
 }
 

@@ -128,6 +128,9 @@ pub struct BenchReport {
     /// Every `won` answer received (for callers that check the ledger themselves).
     #[serde(skip)]
     pub wins: Vec<super::Win>,
+    /// Held orders a confirm of which was answered 200 (for the same callers).
+    #[serde(skip)]
+    pub confirmed: std::collections::HashSet<String>,
 }
 
 impl Verification {

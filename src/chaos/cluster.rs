@@ -61,6 +61,9 @@ pub struct Cluster {
     pub sqlite: Option<PathBuf>,
     /// Embedded: the data directory's disk (a real tmpfs, or the fault hook's flag).
     pub disk: Option<DataDisk>,
+    /// Embedded: while this file exists, every ledger batch ends in a disk I/O error at its
+    /// commit (the server's `SECKILL_FAULTS` hook `io_error_while`).
+    pub io_error_flag: Option<PathBuf>,
     /// Scale-out: the PostgreSQL ledger.
     pub pg_url: Option<String>,
     /// Scale-out: the fault proxy instance 0 reaches Redis through.
@@ -93,6 +96,7 @@ impl Cluster {
             pg_port: 0,
             sqlite: None,
             disk: None,
+            io_error_flag: None,
             pg_url: None,
             proxy: None,
             sentinel: None,
@@ -124,8 +128,12 @@ impl Cluster {
                     "--data".into(),
                     data.display().to_string(),
                 ];
-                let mut env = vec![token];
-                env.extend(disk.fault_env().map(|f| ("SECKILL_FAULTS".to_owned(), f)));
+                // The fsync-error fault is the fault hook's flag on every machine.
+                let io_flag = root.join("io-error");
+                let mut faults = vec![format!("io_error_while={}", io_flag.display())];
+                faults.extend(disk.fault_env());
+                let env = vec![token, ("SECKILL_FAULTS".to_owned(), faults.join(","))];
+                c.io_error_flag = Some(io_flag);
                 c.disk = Some(disk);
                 add(&mut c, Target::Instance(0), base("instance-0", args, env));
                 c.procs.insert(Target::Disk, Mutex::new(None));

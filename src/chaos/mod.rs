@@ -9,16 +9,20 @@
 //!    its timed faults, printed before it runs, so any failure is replayed exactly;
 //! 2. [`cluster`]: the deployment's real processes (this binary as `serve`/`worker`,
 //!    redis-server with AOF, a throwaway PostgreSQL) on fixed ports in a temp directory;
-//! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks,
-//!    pause/resume, cancels) while the [`nemesis`] injects the faults;
+//! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks and
+//!    pause/resume retried with their key, cancels, held orders and payers) and [`locks`]
+//!    clients, while the [`nemesis`] injects the faults;
 //! 4. [`check`]: once every fault is healed and the pipeline drained, the bench's invariant
-//!    checker plus the contract's allowed answers, the ledger read with SQL, and crashes.
+//!    checker plus the contract's allowed answers, the [`ledger`]'s rows read with SQL, the
+//!    lock history, and crashes.
 //!
 //! A failure prints the seed, the schedule and the offending orders; the exit status is 2.
 
 pub mod check;
 pub mod cluster;
 pub mod disk;
+pub mod ledger;
+pub mod locks;
 pub mod nemesis;
 pub mod procs;
 pub mod proxy;
@@ -127,6 +131,13 @@ pub struct Totals {
     /// Sentinel deployment: answered wins the ledger does not hold after a failover (also
     /// violations; counted apart to measure what an asynchronous replica costs).
     pub lost_to_failover: u64,
+    /// Held orders: confirms answered 200, and how the orders ended.
+    pub confirms_200: u64,
+    pub confirmed: u64,
+    pub expired: u64,
+    /// Lock clients: leases granted, and stale holders' writes the resource refused.
+    pub lock_grants: u64,
+    pub stale_writes_refused: u64,
     pub orders_checked: u64,
     pub violations: u64,
     pub seconds: f64,
@@ -209,8 +220,29 @@ async fn one(
         let (cluster, stop) = (cluster.clone(), stop.clone());
         tokio::spawn(async move { cluster.supervise(&stop).await })
     };
+    let locks = s.locks.then(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(locks::run(
+            cluster.urls(),
+            cluster::ADMIN_TOKEN.to_owned(),
+            cluster.pg_url.clone(),
+            format!("chaos-{}-{}", s.seed, s.index),
+            s.seed ^ s.index,
+            stop.clone(),
+        ));
+        let storm = s.storm;
+        tokio::spawn(async move {
+            tokio::time::sleep(storm).await;
+            stop.store(true, Ordering::Release);
+        });
+        task
+    });
     let report = crate::bench::run(&bench).await;
     let applied = nemesis.await?;
+    let locks = match locks {
+        Some(t) => Some(t.await?),
+        None => None,
+    };
     stop.store(true, Ordering::Release);
     supervisor.await?;
     let exits = cluster.exits().await;
@@ -245,9 +277,36 @@ async fn one(
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
-    let findings = check::verdict(&report, &cluster, crashes).await;
+    let mut findings = check::verdict(&report, s.stock, &cluster, crashes).await;
+    if let Some(h) = &locks {
+        // A promoted replica may not know a lease (docs/LOCKS.md), nor may a Redis that
+        // fsyncs once a second after a kill -9.
+        let exclusive = !applied.iter().any(|a| a.failed_over == Some(true))
+            && opts.appendfsync == Fsync::Always;
+        findings.extend(locks::check(h, exclusive));
+        println!(
+            "  locks: {} grants, {} extends, {} releases, {} fenced writes ({} stale refused), {} calls unanswered",
+            h.grants.len(),
+            h.extends,
+            h.releases,
+            h.writes.len(),
+            h.stale_writes_refused,
+            h.unavailable
+        );
+        totals.lock_grants += h.grants.len() as u64;
+        totals.stale_writes_refused += h.stale_writes_refused;
+    }
+    if let Some(h) = report.verification.as_ref().and_then(|v| v.holds.as_ref()) {
+        println!(
+            "  holds: confirms answered 200 {}, 409 {}, unanswered attempts {}; {} confirmed, {} expired",
+            h.confirm_answered_200, h.confirm_answered_409, h.confirm_failed, h.confirmed, h.expired
+        );
+        totals.confirms_200 += h.confirm_answered_200 as u64;
+        totals.confirmed += h.confirmed as u64;
+        totals.expired += h.expired as u64;
+    }
     if applied.iter().any(|a| a.failed_over == Some(true)) {
-        match check::lost_wins(&report, &cluster).await {
+        match ledger::lost_wins(&report, &cluster).await {
             Ok(lost) => {
                 let shown: Vec<&str> = lost.iter().take(20).map(String::as_str).collect();
                 println!(
@@ -296,6 +355,8 @@ fn bench_opts(s: &Schedule, urls: &str, connections: usize) -> BenchOpts {
         o.qty = Some(QtyRange { min: 1, max: 2 });
     }
     o.users = Some(s.users);
+    o.hold_seconds = s.hold_seconds;
+    o.confirm_probability = 0.6;
     o.pick = Some(Pick::Uniform);
     o.clicks = Some(2);
     o.idempotency = true;
@@ -326,7 +387,9 @@ pub fn print_totals(t: &Totals, json: bool) {
     }
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
-         no answer {}\n  lost to failover {}\n  orders checked {}\n  violations {}",
+         no answer {}\n  lost to failover {}\n  confirms answered 200 {}\n  orders confirmed {}\n  \
+         orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  orders checked {}\n  \
+         violations {}",
         t.faults_skipped,
         t.supervised_restarts,
         t.claims,
@@ -335,6 +398,11 @@ pub fn print_totals(t: &Totals, json: bool) {
         t.outcome_unknown,
         t.no_answer,
         t.lost_to_failover,
+        t.confirms_200,
+        t.confirmed,
+        t.expired,
+        t.lock_grants,
+        t.stale_writes_refused,
         t.orders_checked,
         t.violations
     );

@@ -88,6 +88,7 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                 })
         }
         (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
+        (Kind::IoError, _) => io_error(cluster, fault.hold).await,
         (Kind::Partition | Kind::DropUp | Kind::DropDown | Kind::Latency | Kind::Reset, _) => {
             link(cluster, fault.kind, fault.hold).await
         }
@@ -122,6 +123,19 @@ async fn disk_full(cluster: &Cluster, hold: Duration) -> anyhow::Result<()> {
     disk.fill().await?;
     tokio::time::sleep(hold).await;
     disk.free()
+}
+
+/// Every commit of the embedded ledger ends in a disk I/O error for `hold` (the server's
+/// `SECKILL_FAULTS` hook `io_error_while`: half committed, half rolled back).
+async fn io_error(cluster: &Cluster, hold: Duration) -> anyhow::Result<()> {
+    let flag = cluster
+        .io_error_flag
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("this deployment has no embedded ledger"))?;
+    std::fs::write(flag, b"fsync fails")?;
+    tokio::time::sleep(hold).await;
+    std::fs::remove_file(flag)?;
+    Ok(())
 }
 
 /// A network fault between instance 0 and Redis, through the cluster's fault proxy.

@@ -111,6 +111,9 @@ pub enum Kind {
     Reset,
     /// `SENTINEL FAILOVER`: the primary hands over to the replica (graceful).
     Failover,
+    /// Every ledger commit ends in a disk I/O error (a failed fsync) for the fault's
+    /// duration: half of them committed, half rolled back.
+    IoError,
 }
 
 impl fmt::Display for Kind {
@@ -126,6 +129,7 @@ impl fmt::Display for Kind {
             Kind::Latency => "latency 50-300ms",
             Kind::Reset => "reset",
             Kind::Failover => "SENTINEL FAILOVER",
+            Kind::IoError => "fsync error",
         })
     }
 }
@@ -169,6 +173,11 @@ pub struct Schedule {
     pub codes: bool,
     pub stock: u64,
     pub users: u64,
+    /// Orders are held this many seconds for a payment (payers confirm some of them, many
+    /// near the deadline); `None`: orders are final when won.
+    pub hold_seconds: Option<u32>,
+    /// Lock clients run beside the storm ([`super::locks`]).
+    pub locks: bool,
     pub events: Vec<EventSpec>,
     pub faults: Vec<Fault>,
     pub long_outage: bool,
@@ -215,6 +224,11 @@ impl Schedule {
             events.push(ev(at, Action::Cancel(r.gen_range(1..=20))));
         }
         events.sort_by(|a, b| at_of(a).total_cmp(&at_of(b)));
+        // Drawn from a generator of their own, so the faults of a seed stay what they were
+        // before holds and locks joined the workload.
+        let mut extra = rng(seed ^ 0x401d_5eed, index);
+        let hold_seconds = extra.gen_bool(0.5).then(|| extra.gen_range(2..=4));
+        let locks = extra.gen_bool(0.75);
 
         let mut menu = kinds(deployment, shape.long_outage && secs >= 40.0);
         if let Some(only) = shape.only {
@@ -232,7 +246,7 @@ impl Schedule {
                 Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
                 Kind::Kill => r.gen_range(0.0..3.0),
                 Kind::Freeze => r.gen_range(3.0..8.0),
-                Kind::DiskFull => r.gen_range(1.0..5.0),
+                Kind::DiskFull | Kind::IoError => r.gen_range(1.0..5.0),
                 Kind::Outage => 30.0,
                 Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
                 Kind::Latency => r.gen_range(2.0..6.0),
@@ -256,6 +270,8 @@ impl Schedule {
             codes,
             stock,
             users,
+            hold_seconds,
+            locks,
             events,
             faults,
             long_outage: shape.long_outage,
@@ -285,6 +301,7 @@ fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
             (Target::Instance(0), Kind::Kill),
             (Target::Instance(0), Kind::Freeze),
             (Target::Disk, Kind::DiskFull),
+            (Target::Disk, Kind::IoError),
         ],
         Deployment::ScaleOut => {
             let mut v = vec![
@@ -353,6 +370,15 @@ impl fmt::Display for Schedule {
                 .map(|t| format!(" --only {t}"))
                 .unwrap_or_default()
         )?;
+        if let Some(h) = self.hold_seconds {
+            writeln!(
+                f,
+                "  orders held {h}s for a payment; payers confirm 60% of them"
+            )?;
+        }
+        if self.locks {
+            writeln!(f, "  lock clients beside the storm")?;
+        }
         for e in &self.events {
             writeln!(f, "  {:>6.2}s  event {:?}", at_of(e), e.action)?;
         }

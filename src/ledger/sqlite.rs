@@ -147,7 +147,7 @@ impl Ledger for SqliteLedger {
                 )
                 .into())
             }
-            BatchFault::None | BatchFault::UnknownAfterCommit => {}
+            BatchFault::None | BatchFault::UnknownAfterCommit | BatchFault::UnknownRolledBack => {}
         }
         let mut writer = self.writer.lock().await;
         let conn = writer.begin().await?;
@@ -155,6 +155,14 @@ impl Ledger for SqliteLedger {
             let fault = statement_fault(&e);
             writer.roll_back().await;
             return Err(fault.into());
+        }
+        if fault == BatchFault::UnknownRolledBack {
+            writer.roll_back().await;
+            writer.discard();
+            return Err(WriteFault::Unknown(
+                "disk I/O error at COMMIT, rolled back (injected by SECKILL_FAULTS)".into(),
+            )
+            .into());
         }
         writer.commit().await?;
         if fault == BatchFault::UnknownAfterCommit {

@@ -1,6 +1,7 @@
 //! The short fault campaign CI runs on every push: `seckill chaos` with a fixed seed, two
 //! schedules on each deployment (embedded, and scale-out with two instances, a worker,
-//! redis-server with AOF and PostgreSQL), every fault really injected, zero violations.
+//! redis-server with AOF and PostgreSQL), with held orders, payers and lock clients in the
+//! workload, every fault really injected, zero violations.
 //!
 //! The long campaign (`docs/RELIABILITY.md`) is the same command with more schedules.
 
@@ -30,15 +31,18 @@ fn chaos(args: &[&str]) -> (Value, String) {
     (t, stdout)
 }
 
-/// Seed 52's first two schedules per deployment: between them, kill -9 of the embedded
-/// server, a full disk, kill -9 of redis-server and PostgreSQL, and network faults between
-/// instance 0 and Redis (connections reset, each direction's bytes dropped) — checked below,
-/// so a change of the generator cannot quietly drop them.
+/// Seed 1065's first two schedules per deployment: between them, kill -9 of the embedded
+/// server, a full disk, fsync errors at the embedded ledger's commits, kill -9 of redis-server
+/// and PostgreSQL, and network faults between instance 0 and Redis (connections reset, each
+/// direction's bytes dropped) — checked below, so a change of the generator cannot quietly
+/// drop them. Every schedule holds its orders for payers who confirm some of them near the
+/// deadline, and runs lock clients beside the storm: confirms, expiries and lock grants are
+/// checked to have happened.
 #[test]
 fn short_campaign_finds_no_violation() {
     let (t, stdout) = chaos(&[
         "--seed",
-        "52",
+        "1065",
         "--schedules",
         "2",
         "--storm",
@@ -48,10 +52,17 @@ fn short_campaign_finds_no_violation() {
     ]);
     assert_eq!(t["violations"], 0, "{stdout}");
     assert_eq!(t["schedules"], 4, "{stdout}");
-    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
-    assert!(t["orders_checked"].as_u64().unwrap() > 0, "{stdout}");
-    // Requests cut off by the faults: the faults really hit the servers.
-    assert!(t["no_answer"].as_u64().unwrap() > 0, "{stdout}");
+    for counted in [
+        "won",
+        "orders_checked",
+        // Requests cut off by the faults: the faults really hit the servers.
+        "no_answer",
+        "confirms_200",
+        "expired",
+        "lock_grants",
+    ] {
+        assert!(t[counted].as_u64().unwrap() > 0, "no {counted}: {stdout}");
+    }
     // Which full disk ran (a real tmpfs as root, else the injected SQLITE_FULL) is reported.
     eprintln!("data disk full: {}", t["data_disk"]);
     assert!(t["data_disk"].is_string(), "{stdout}");
@@ -59,6 +70,7 @@ fn short_campaign_finds_no_violation() {
     for kind in [
         "kill -9 instance-0",
         "disk full data-disk",
+        "fsync error data-disk",
         "kill -9 redis-server",
         "kill -9 postgres",
         "reset redis-link",
@@ -67,7 +79,7 @@ fn short_campaign_finds_no_violation() {
     ] {
         assert!(
             faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
-            "seed 52 no longer injects {kind}: {faults:?}"
+            "seed 1065 no longer injects {kind}: {faults:?}"
         );
     }
 }
