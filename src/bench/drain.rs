@@ -1,11 +1,12 @@
 //! Waiting for the pipeline to drain before verifying.
 //!
-//! The bench only speaks HTTP, so it cannot ask a deployment whether its order pipeline is
-//! empty; it watches the ledger through the API instead. The rule: the ledger has drained when
+//! The bench only speaks HTTP, so it watches the ledger through the API, and asks the
+//! deployment's health check for its pipeline lag. The rule: the ledger has drained when
 //! (1) every order id answered `won` is listed by `GET /v1/campaigns/{id}/orders`, and (2) two
 //! consecutive reads `interval` apart agree on the number of orders, the units in active
-//! orders and the campaign's `remaining`, and (3) no listed order is still `pending` after its
-//! `pay_by`: its expiry is decided but not yet applied (in scale-out the gate expired it and the
+//! orders and the campaign's `remaining`, and `GET /healthz` reports no `pipeline_lag` (a claim
+//! answered with an unknown outcome leaves an order nobody was told about in the stream), and
+//! (3) no listed order is still `pending` after its `pay_by`: its expiry is decided but not yet applied (in scale-out the gate expired it and the
 //! transition waits in the stream behind a slow or restarting consumer, so two equal reads
 //! prove nothing). An embedded deployment commits before it answers, so it drains on the
 //! second read; a streaming deployment drains once its consumers catch up.
@@ -49,6 +50,16 @@ fn overdue_pending(orders: &[Order]) -> usize {
         .count()
 }
 
+/// Scale-out's `pipeline_lag` from `GET /healthz` (won orders not yet in the ledger); 0 where
+/// the deployment has none (embedded) or the read fails (the listing decides then).
+async fn lag(client: &Client) -> u64 {
+    let Ok(resp) = client.http().get(client.url("/healthz")).send().await else {
+        return 0;
+    };
+    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+    body["pipeline_lag"].as_u64().unwrap_or(0)
+}
+
 pub async fn wait(
     client: &Client,
     campaign: &str,
@@ -80,7 +91,10 @@ pub async fn wait(
         let print = fingerprint(&view, &orders);
         let listed: HashSet<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
         let all_won_listed = wins.iter().all(|w| listed.contains(w.order_id.as_str()));
-        let stable = previous == Some(print) && overdue_pending(&orders) == 0;
+        // Orders answered with an unknown outcome (a claim whose replica wait timed out) may
+        // still be in the stream: only the deployment's own count says it is empty.
+        let stable =
+            previous == Some(print) && overdue_pending(&orders) == 0 && lag(client).await == 0;
         let timed_out = started.elapsed() >= timeout;
         if (all_won_listed && stable) || timed_out {
             return Ok(Drained {
