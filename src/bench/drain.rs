@@ -5,11 +5,12 @@
 //! (1) every order id answered `won` is listed by `GET /v1/campaigns/{id}/orders`, and (2) two
 //! consecutive reads `interval` apart agree on the number of orders, the units in active
 //! orders and the campaign's `remaining`, and `GET /healthz` reports no `pipeline_lag` (a claim
-//! answered with an unknown outcome leaves an order nobody was told about in the stream), and
-//! (3) no listed order is still `pending` after its `pay_by`: its expiry is decided but not yet applied (in scale-out the gate expired it and the
-//! transition waits in the stream behind a slow or restarting consumer, so two equal reads
-//! prove nothing). An embedded deployment commits before it answers, so it drains on the
-//! second read; a streaming deployment drains once its consumers catch up.
+//! answered with an unknown outcome leaves an order nobody was told about in the stream), and (3)
+//! no listed order is still `pending` after its `pay_by`: its expiry is decided but not yet applied
+//! (in scale-out the gate expired it and the transition waits in the stream behind a slow or
+//! restarting consumer, so two equal reads prove nothing). An embedded deployment commits before it
+//! answers, so it drains on the second read; a streaming deployment drains once its consumers catch
+//! up.
 //! After `timeout` the bench verifies what it has, and missing orders become violations.
 
 use std::collections::HashSet;

@@ -185,9 +185,9 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             cancelled_by_bench: &cancelled,
         });
         let holds = payments.as_ref().map(|p| {
-            // The wall-clock time of the last qty-1 sold_out, to compare with resolved_at.
-            // Only a sold_out after the last restock and cancel says every unit was sold once.
-            // The send time: the server decided no earlier than that.
+            // When the last qty-1 sold_out was sent (the server decided no earlier), as wall
+            // time to compare with resolved_at; only one sent after the last restock and
+            // cancel says every unit was sold once.
             let last_sold_out = tally
                 .last_sold_out_sent
                 .filter(|at| last_supply_change.is_none_or(|change| *at > change))
