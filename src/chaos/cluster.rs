@@ -11,8 +11,8 @@
 //!   wakes up believing they are still its own. Instance 0 reaches Redis through an
 //!   in-process fault proxy ([`super::proxy`]), so the network between it and Redis can fail
 //!   while the others' does not;
-//! - **sentinel**: the same, except that Redis is a primary and one replica (both AOF) behind
-//!   three sentinels ([`super::sentinel`]), and every seckill process finds the primary
+//! - **sentinel**: the same, except that Redis is a primary and one or two replicas (all AOF)
+//!   behind three sentinels ([`super::sentinel`]), and every seckill process finds the primary
 //!   through them (no fault proxy: the sentinels hand out the primary's real address).
 //!
 //! Every process keeps its port and directory across restarts, as a supervisor would.
@@ -76,9 +76,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `wait_replicas`: `--redis-wait-replicas` of the seckill processes (None: their default).
+    /// `replicas`: Sentinel's replicas of the primary. `wait_replicas`:
+    /// `--redis-wait-replicas` of the seckill processes (None: their default).
     pub async fn start(
         deployment: Deployment,
+        replicas: u8,
         fsync: Fsync,
         wait_replicas: Option<u32>,
     ) -> anyhow::Result<Cluster> {
@@ -143,7 +145,9 @@ impl Cluster {
             Deployment::ScaleOut | Deployment::Sentinel => {
                 let (redis, via_proxy) = if deployment == Deployment::Sentinel {
                     let ports = sentinel::Ports {
-                        nodes: [free_port()?, free_port()?],
+                        nodes: (0..=replicas.max(1))
+                            .map(|_| free_port())
+                            .collect::<Result<_, _>>()?,
                         sentinels: [free_port()?, free_port()?, free_port()?],
                     };
                     let log = |name: &str| root.join(format!("{name}.log"));
@@ -153,6 +157,7 @@ impl Cluster {
                     let urls = ports.urls();
                     c.sentinel = Some(ports);
                     c.procs.insert(Target::Primary, Mutex::new(None));
+                    c.procs.insert(Target::Replica, Mutex::new(None));
                     (urls.clone(), urls)
                 } else {
                     c.redis_port = free_port()?;
@@ -230,17 +235,20 @@ impl Cluster {
                 Target::Instance(1),
                 Target::Worker,
             ],
-            Deployment::Sentinel => vec![
-                Target::Node(0),
-                Target::Node(1),
-                Target::Sentinel(0),
-                Target::Sentinel(1),
-                Target::Sentinel(2),
-                Target::Postgres,
-                Target::Instance(0),
-                Target::Instance(1),
-                Target::Worker,
-            ],
+            Deployment::Sentinel => {
+                let nodes = self.sentinel.as_ref().map_or(0, |p| p.nodes.len());
+                let mut v: Vec<Target> = (0..nodes as u8).map(Target::Node).collect();
+                v.extend([
+                    Target::Sentinel(0),
+                    Target::Sentinel(1),
+                    Target::Sentinel(2),
+                    Target::Postgres,
+                    Target::Instance(0),
+                    Target::Instance(1),
+                    Target::Worker,
+                ]);
+                v
+            }
         }
     }
 
@@ -309,9 +317,11 @@ impl Cluster {
                     listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
                 }
                 // The worker has no port: alive for a second is started.
-                Target::Worker | Target::Disk | Target::Link | Target::Primary => {
-                    started.elapsed() > Duration::from_secs(1)
-                }
+                Target::Worker
+                | Target::Disk
+                | Target::Link
+                | Target::Primary
+                | Target::Replica => started.elapsed() > Duration::from_secs(1),
             };
             if ready {
                 return Ok(());

@@ -69,7 +69,7 @@ pub struct ChaosOpts {
     #[arg(long, value_parser = crate::bench::opts::parse_duration, default_value = "20s")]
     pub storm: Duration,
 
-    /// Faults per schedule.
+    /// Faults per schedule (Sentinel: and up to two more on a replica).
     #[arg(long, default_value_t = 4)]
     pub faults: usize,
 
@@ -78,7 +78,7 @@ pub struct ChaosOpts {
     pub long_outage: bool,
 
     /// Only faults on this process: instance-0, instance-1, worker, redis-server, postgres,
-    /// data-disk (e.g. `--only redis-server --appendfsync everysec` to measure that policy).
+    /// data-disk, redis-link, redis-primary, redis-replica (e.g. `--only redis-server --appendfsync everysec` to measure that policy).
     #[arg(long)]
     pub only: Option<schedule::Target>,
 
@@ -202,7 +202,12 @@ async fn one(
     opts: &ChaosOpts,
     totals: &mut Totals,
 ) -> anyhow::Result<Vec<check::Finding>> {
-    let cluster = Cluster::start(s.deployment, opts.appendfsync, opts.redis_wait_replicas);
+    let cluster = Cluster::start(
+        s.deployment,
+        s.replicas,
+        opts.appendfsync,
+        opts.redis_wait_replicas,
+    );
     let cluster = Arc::new(cluster.await?);
     if let Some(d) = &cluster.disk {
         totals.data_disk = Some(d.how().to_owned());
@@ -263,8 +268,10 @@ async fn one(
             (Some(e), Some(_)) => println!("  {}: {e}", a.fault),
             _ => {}
         }
-        if let (Some(moved), Some(note)) = (a.failed_over, &a.note) {
+        if let Some(note) = &a.note {
             println!("  {}: {note}", a.fault);
+        }
+        if let Some(moved) = a.failed_over {
             let what = match (a.fault.kind, moved) {
                 (schedule::Kind::Failover, true) => "SENTINEL FAILOVER",
                 (schedule::Kind::Failover, false) => "SENTINEL FAILOVER without failover",

@@ -9,7 +9,8 @@
 //! the drain always run on a whole deployment. Network faults switch the mode of the fault
 //! proxy between instance 0 and Redis ([`super::proxy`]) and switch it back to pass. Faults
 //! on the Redis primary of the Sentinel deployment find the primary when they land and kill
-//! it or hand it over ([`super::sentinel`]), then wait for the topology to settle.
+//! it or hand it over ([`super::sentinel`]), then wait for the topology to settle; faults on a
+//! replica find the lowest-numbered replica the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +31,8 @@ pub struct Applied {
     pub error: Option<String>,
     /// Sentinel faults: whether the primary moved to the other node.
     pub failed_over: Option<bool>,
-    /// Sentinel faults: what the sentinels did, e.g. `failover redis-0 -> redis-1, …`.
+    /// Sentinel faults: what the sentinels did, e.g. `failover redis-0 -> redis-1, …`, or
+    /// which replica was hit.
     pub note: Option<String>,
 }
 
@@ -86,6 +88,11 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                     applied.failed_over = Some(moved);
                     applied.note = Some(note);
                 })
+        }
+        (kind, _) if fault.target == Target::Replica => {
+            super::sentinel::replica_fault(cluster, kind, fault.hold)
+                .await
+                .map(|note| applied.note = Some(note))
         }
         (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
         (Kind::IoError, _) => io_error(cluster, fault.hold).await,

@@ -23,7 +23,8 @@ pub enum Deployment {
     Embedded,
     /// Two instances and a worker on one Redis (AOF) and a PostgreSQL ledger.
     ScaleOut,
-    /// The same behind Redis Sentinel: a primary, one replica (both AOF), three sentinels.
+    /// The same behind Redis Sentinel: a primary, one or two replicas (all AOF; the schedule
+    /// draws how many), three sentinels.
     Sentinel,
 }
 
@@ -42,7 +43,9 @@ pub enum Target {
     Link,
     /// Sentinel: whichever Redis node is the primary when the fault lands.
     Primary,
-    /// Sentinel: Redis node 0 or 1 (each the primary or the replica, as failovers left them).
+    /// Sentinel: whichever Redis node is the lowest-numbered replica when the fault lands.
+    Replica,
+    /// Sentinel: Redis node 0, 1 or 2 (each the primary or a replica, as failovers left them).
     Node(u8),
     /// Sentinel: one of the three sentinels (supervised, never faulted).
     Sentinel(u8),
@@ -61,10 +64,11 @@ impl std::str::FromStr for Target {
             "data-disk" => Target::Disk,
             "redis-link" => Target::Link,
             "redis-primary" => Target::Primary,
+            "redis-replica" => Target::Replica,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
-                     postgres, data-disk, redis-link, redis-primary)"
+                     postgres, data-disk, redis-link, redis-primary, redis-replica)"
                 ))
             }
         })
@@ -81,6 +85,7 @@ impl fmt::Display for Target {
             Target::Disk => f.write_str("data-disk"),
             Target::Link => f.write_str("redis-link"),
             Target::Primary => f.write_str("redis-primary"),
+            Target::Replica => f.write_str("redis-replica"),
             Target::Node(i) => write!(f, "redis-{i}"),
             Target::Sentinel(i) => write!(f, "sentinel-{i}"),
         }
@@ -100,6 +105,8 @@ pub enum Kind {
     /// PostgreSQL is down (fast shutdown) for 30 s, orders piling up in the stream.
     Outage,
     /// The link holds every byte both ways and accepts no connection (a silent partition).
+    /// On a Redis replica: its replication link is cut again and again for the fault's
+    /// duration (the primary kills the replica's connection every 100 ms).
     Partition,
     /// The link discards what the instance sends to Redis.
     DropUp,
@@ -178,6 +185,8 @@ pub struct Schedule {
     pub hold_seconds: Option<u32>,
     /// Lock clients run beside the storm ([`super::locks`]).
     pub locks: bool,
+    /// Sentinel: how many replicas the primary has (1 or 2); 0 elsewhere.
+    pub replicas: u8,
     pub events: Vec<EventSpec>,
     pub faults: Vec<Fault>,
     pub long_outage: bool,
@@ -229,6 +238,10 @@ impl Schedule {
         let mut extra = rng(seed ^ 0x401d_5eed, index);
         let hold_seconds = extra.gen_bool(0.5).then(|| extra.gen_range(2..=4));
         let locks = extra.gen_bool(0.75);
+        let replicas = match deployment {
+            Deployment::Sentinel => extra.gen_range(1..=2),
+            _ => 0,
+        };
 
         let mut menu = kinds(deployment, shape.long_outage && secs >= 40.0);
         if let Some(only) = shape.only {
@@ -240,26 +253,15 @@ impl Schedule {
         let mut faults = Vec::with_capacity(shape.faults);
         for _ in 0..shape.faults * usize::from(!menu.is_empty()) {
             let (target, kind) = menu[r.gen_range(0..menu.len())];
-            let hold = match kind {
-                // Longer than the sentinels' down-after (1 s) plus their election: the
-                // replica is promoted before the killed primary comes back as a replica.
-                Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
-                Kind::Kill => r.gen_range(0.0..3.0),
-                Kind::Freeze => r.gen_range(3.0..8.0),
-                Kind::DiskFull | Kind::IoError => r.gen_range(1.0..5.0),
-                Kind::Outage => 30.0,
-                Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
-                Kind::Latency => r.gen_range(2.0..6.0),
-                Kind::Reset | Kind::Failover => 0.0,
-            };
-            let hold = f64::min(hold, end - 1.5).max(0.0);
-            let at = r.gen_range(1.0..(end - hold).max(1.5));
-            faults.push(Fault {
-                at: Duration::from_secs_f64(at),
-                target,
-                kind,
-                hold: Duration::from_secs_f64(hold),
-            });
+            faults.push(draw(&mut r, target, kind, end));
+        }
+        // Faults on a replica come on top, from the second generator, so the Sentinel
+        // schedules of a seed keep the faults they had before replicas were hit.
+        if deployment == Deployment::Sentinel && shape.only.is_none_or(|t| t == Target::Replica) {
+            for _ in 0..extra.gen_range(0..=2) {
+                let kind = [Kind::Kill, Kind::Freeze, Kind::Partition][extra.gen_range(0..3)];
+                faults.push(draw(&mut extra, Target::Replica, kind, end));
+            }
         }
         faults.sort_by_key(|f| f.at);
         Schedule {
@@ -272,11 +274,37 @@ impl Schedule {
             users,
             hold_seconds,
             locks,
+            replicas,
             events,
             faults,
             long_outage: shape.long_outage,
             only: shape.only,
         }
+    }
+}
+
+/// When a fault of `kind` lands and how long it holds, inside a fault window ending `end`
+/// seconds into the storm.
+fn draw(r: &mut StdRng, target: Target, kind: Kind, end: f64) -> Fault {
+    let hold = match kind {
+        // Longer than the sentinels' down-after (1 s) plus their election: the replica is
+        // promoted before the killed primary comes back as a replica.
+        Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
+        Kind::Kill => r.gen_range(0.0..3.0),
+        Kind::Freeze => r.gen_range(3.0..8.0),
+        Kind::DiskFull | Kind::IoError => r.gen_range(1.0..5.0),
+        Kind::Outage => 30.0,
+        Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
+        Kind::Latency => r.gen_range(2.0..6.0),
+        Kind::Reset | Kind::Failover => 0.0,
+    };
+    let hold = f64::min(hold, end - 1.5).max(0.0);
+    let at = r.gen_range(1.0..(end - hold).max(1.5));
+    Fault {
+        at: Duration::from_secs_f64(at),
+        target,
+        kind,
+        hold: Duration::from_secs_f64(hold),
     }
 }
 
@@ -324,8 +352,8 @@ fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
             }
             v
         }
-        // Redis faults twice as likely as the others: failovers are what this deployment is
-        // for.
+        // Faults on the primary twice as likely as the others: failovers are what this
+        // deployment is for.
         Deployment::Sentinel => vec![
             (Target::Primary, Kind::Kill),
             (Target::Primary, Kind::Kill),
@@ -360,7 +388,11 @@ impl fmt::Display for Schedule {
             self.seed,
             self.index,
             self.storm.as_secs_f64(),
-            self.faults.len(),
+            // The faults on a replica come on top of `--faults`.
+            self.faults
+                .iter()
+                .filter(|f| f.target != Target::Replica)
+                .count(),
             if self.long_outage {
                 " --long-outage"
             } else {
@@ -378,6 +410,14 @@ impl fmt::Display for Schedule {
         }
         if self.locks {
             writeln!(f, "  lock clients beside the storm")?;
+        }
+        if self.replicas > 0 {
+            writeln!(
+                f,
+                "  Redis: a primary and {} replica{}",
+                self.replicas,
+                if self.replicas > 1 { "s" } else { "" }
+            )?;
         }
         for e in &self.events {
             writeln!(f, "  {:>6.2}s  event {:?}", at_of(e), e.action)?;

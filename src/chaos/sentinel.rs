@@ -1,5 +1,6 @@
-//! The Sentinel deployment's Redis: a primary and one replica (both with AOF) watched by three
-//! sentinels (quorum 2), and the two faults that move the primary.
+//! The Sentinel deployment's Redis: a primary and one or two replicas (all with AOF) watched by
+//! three sentinels (quorum 2), the two faults that move the primary, and the faults on a
+//! replica.
 //!
 //! Why three sentinels: with one, a failover needs no agreement and the test would not see
 //! the election a production deployment goes through (subjective then objective down, a
@@ -13,10 +14,14 @@
 //!   yet sent can be lost; `seckill chaos` measures how many answered wins that costs.
 //! - **`SENTINEL FAILOVER`**: the graceful hand-over an operator starts (maintenance, an
 //!   upgrade). It must lose nothing.
+//! - **a replica** killed -9, frozen (SIGSTOP: it lags, then catches up), or cut off (the
+//!   primary drops its replication link every 100 ms). With one replica and the default
+//!   `--redis-wait-replicas 1`, nothing can be sold or confirmed meanwhile; with two, the
+//!   other one acknowledges.
 //!
-//! After either, the fault waits until the topology settled (the sentinels agree on a
-//! primary, the other node replicates from it with its link up, and the sentinels list it as
-//! a healthy replica), so the next fault of the schedule again has a replica to promote.
+//! After each, the fault waits until the topology settled (the sentinels agree on a primary,
+//! every other node replicates from it with its link up, and the sentinels list each as a
+//! healthy replica), so the next fault of the schedule again has a replica to promote.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,10 +38,10 @@ pub const MASTER: &str = "seckill";
 /// Longest a fault waits for the topology to settle afterwards.
 const SETTLE: Duration = Duration::from_secs(40);
 
-/// Ports of the two Redis nodes and the three sentinels.
+/// Ports of the Redis nodes (two or three) and the three sentinels.
 #[derive(Debug, Clone)]
 pub struct Ports {
-    pub nodes: [u16; 2],
+    pub nodes: Vec<u16>,
     pub sentinels: [u16; 3],
 }
 
@@ -149,13 +154,13 @@ async fn named_by(port: u16) -> anyhow::Result<u16> {
 
 /// The node a majority of the sentinels name the primary.
 pub async fn primary(ports: &Ports) -> Option<u8> {
-    let mut votes = [0usize; 2];
+    let mut votes = vec![0usize; ports.nodes.len()];
     for &s in &ports.sentinels {
         if let Some(i) = named_by(s).await.ok().and_then(|p| ports.node_of(p)) {
             votes[i as usize] += 1;
         }
     }
-    (0..2u8).find(|&i| votes[i as usize] >= 2)
+    (0..ports.nodes.len() as u8).find(|&i| votes[i as usize] >= 2)
 }
 
 /// `INFO replication` of a node, as `field:value` lines.
@@ -167,42 +172,55 @@ async fn replication(port: u16) -> anyhow::Result<String> {
         .await?)
 }
 
-/// Whether the topology is whole: the sentinels agree on a primary that says so, the other
-/// node replicates from it with its link up, and the sentinels see that replica as healthy.
+/// Whether the topology is whole: the sentinels agree on a primary that says so, every other
+/// node replicates from it with its link up, and a majority of the sentinels see each of
+/// them as a healthy replica.
 pub async fn settled(ports: &Ports) -> Option<u8> {
     let p = primary(ports).await?;
-    let other = ports.nodes[1 - p as usize];
     let info = replication(ports.nodes[p as usize]).await.ok()?;
     if !info.contains("role:master") {
         return None;
     }
-    let info = replication(other).await.ok()?;
     let expect = format!("master_port:{}", ports.nodes[p as usize]);
-    if !(info.contains("role:slave")
-        && info.contains(&expect)
-        && info.contains("master_link_status:up"))
-    {
-        return None;
+    let others: Vec<u16> = replicas_of(ports, p);
+    for &other in &others {
+        let info = replication(other).await.ok()?;
+        if !(info.contains("role:slave")
+            && info.contains(&expect)
+            && info.contains("master_link_status:up"))
+        {
+            return None;
+        }
     }
-    let mut healthy = 0;
+    let mut healthy = vec![0usize; others.len()];
     for &s in &ports.sentinels {
         let Ok(mut c) = conn(s).await else { continue };
-        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+        let listed: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
             .arg("replicas")
             .arg(MASTER)
             .query_async(&mut c)
             .await
             .unwrap_or_default();
-        let port = other.to_string();
-        if replicas.iter().any(|r| {
-            r.get("port") == Some(&port)
-                && r.get("flags").map(String::as_str) == Some("slave")
-                && r.get("master-link-status").map(String::as_str) == Some("ok")
-        }) {
-            healthy += 1;
+        for (n, other) in others.iter().enumerate() {
+            let port = other.to_string();
+            if listed.iter().any(|r| {
+                r.get("port") == Some(&port)
+                    && r.get("flags").map(String::as_str) == Some("slave")
+                    && r.get("master-link-status").map(String::as_str) == Some("ok")
+            }) {
+                healthy[n] += 1;
+            }
         }
     }
-    (healthy >= 2).then_some(p)
+    healthy.iter().all(|&h| h >= 2).then_some(p)
+}
+
+/// The ports of every node but the primary `p`.
+fn replicas_of(ports: &Ports, p: u8) -> Vec<u16> {
+    (0..ports.nodes.len())
+        .filter(|&i| i != p as usize)
+        .map(|i| ports.nodes[i])
+        .collect()
 }
 
 /// Waits until [`settled`]; the primary then.
@@ -308,4 +326,59 @@ pub async fn fault(
         t0.elapsed().as_secs_f64()
     );
     Ok((true, note))
+}
+
+/// A fault on the lowest-numbered replica: kill -9 (restarted after `hold`), SIGSTOP for
+/// `hold` (it lags, then catches up), or its replication link cut every 100 ms for `hold`
+/// (`CLIENT KILL TYPE master` on the replica, which reconnects and resynchronises each time).
+/// Returns what happened, e.g. `redis-2 (a replica of redis-0), settled after 6.1s`.
+pub async fn replica_fault(
+    cluster: &Cluster,
+    kind: Kind,
+    hold: Duration,
+) -> anyhow::Result<String> {
+    let ports = cluster
+        .sentinel
+        .as_ref()
+        .context("this deployment has no sentinels")?;
+    let p = settle(ports).await?;
+    let node = (0..ports.nodes.len() as u8)
+        .find(|&i| i != p)
+        .context("the primary has no replica")?;
+    let t0 = Instant::now();
+    match kind {
+        Kind::Kill | Kind::Freeze => {
+            let target = Target::Node(node);
+            let mut slot = cluster.slot(target).lock().await;
+            let proc = slot.as_mut().context("a Redis node has no process")?;
+            if kind == Kind::Kill {
+                proc.kill().await;
+            } else {
+                proc.freeze();
+            }
+            tokio::time::sleep(hold).await;
+            cluster.start_proc(target, proc).await?;
+        }
+        Kind::Partition => {
+            let mut c = conn(ports.nodes[node as usize]).await?;
+            while t0.elapsed() < hold {
+                let cut: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("master")
+                    .query_async(&mut c)
+                    .await;
+                if let Err(e) = cut {
+                    tracing::debug!(error = %e, "CLIENT KILL TYPE master on the replica");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        _ => anyhow::bail!("{kind} is not a fault of a Redis replica"),
+    }
+    settle(ports).await?;
+    Ok(format!(
+        "redis-{node} (a replica of redis-{p}), settled after {:.1}s",
+        t0.elapsed().as_secs_f64()
+    ))
 }

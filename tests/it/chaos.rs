@@ -84,9 +84,9 @@ fn short_campaign_finds_no_violation() {
     }
 }
 
-/// The Sentinel deployment (a primary, one replica, three sentinels; both instances and the
-/// worker find the primary through them): seed 4's first schedule kills the primary (the
-/// sentinels promote the replica, the old primary comes back as its replica) and later hands
+/// The Sentinel deployment (a primary, three sentinels; both instances and the worker find
+/// the primary through them): seed 4's first schedule has two replicas, kills the primary (the
+/// sentinels promote a replica, the old primary comes back as a replica of it) and later hands
 /// it over with `SENTINEL FAILOVER`. With the default `--redis-wait-replicas 1`, no answered
 /// win may be lost to either and no invariant may break.
 #[test]
@@ -113,6 +113,39 @@ fn sentinel_failovers_lose_no_win() {
         assert!(
             failovers.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
             "seed 4 no longer fails over by {kind}: {failovers:?}"
+        );
+    }
+}
+
+/// The faults on a replica, with one replica and the default `--redis-wait-replicas 1`: seed
+/// 7's first schedule kills it -9 and then cuts its replication link again and again. Nothing
+/// can be sold or confirmed meanwhile (claims answer 503); afterwards the sale goes on, and no
+/// invariant may break.
+#[test]
+fn a_lost_replica_breaks_no_promise() {
+    let (t, stdout) = chaos(&[
+        "--deployment",
+        "sentinel",
+        "--only",
+        "redis-replica",
+        "--seed",
+        "7",
+        "--schedules",
+        "1",
+        "--storm",
+        "15s",
+        "--faults",
+        "0",
+    ]);
+    assert_eq!(t["violations"], 0, "{stdout}");
+    assert!(stdout.contains("Redis: a primary and 1 replica\n"), "{stdout}");
+    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(t["answers_503"].as_u64().unwrap() > 0, "{stdout}");
+    let faults = t["faults"].as_object().expect("fault counts");
+    for kind in ["kill -9 redis-replica", "partition redis-replica"] {
+        assert!(
+            faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
+            "seed 7 no longer injects {kind}: {faults:?}"
         );
     }
 }

@@ -33,7 +33,44 @@ fn faults_end_before_the_last_fifth() {
                 assert!(f.at >= Duration::from_secs(1), "{s}");
                 assert!((f.at + f.hold).as_secs_f64() <= 16.0 + 1e-9, "{s}");
             }
-            assert_eq!(s.faults.len(), 4);
+            assert!(on_replicas_n(&s) <= 2, "{s}");
+            assert_eq!(s.faults.len() - on_replicas_n(&s), 4, "{s}");
+            if d == Deployment::Sentinel {
+                assert!((1..=2).contains(&s.replicas), "{s}");
+            }
         }
     }
+}
+
+fn on_replicas_n(s: &Schedule) -> usize {
+    s.faults
+        .iter()
+        .filter(|f| f.target == Target::Replica)
+        .count()
+}
+
+/// Faults on replicas came after the others: a seed's faults on everything else are the
+/// ones it drew before, and a campaign reaches every kind on a replica.
+#[test]
+fn sentinel_schedules_also_hit_replicas() {
+    let mut kinds = std::collections::BTreeSet::new();
+    let mut both = [false; 2];
+    for i in 0..100 {
+        let s = Schedule::generate(9, i, Deployment::Sentinel, shape());
+        kinds.extend(
+            s.faults
+                .iter()
+                .filter(|f| f.target == Target::Replica)
+                .map(|f| f.kind),
+        );
+        both[usize::from(s.replicas) - 1] = true;
+        let only = Shape {
+            only: Some(Target::Primary),
+            ..shape()
+        };
+        let p = Schedule::generate(9, i, Deployment::Sentinel, only);
+        assert!(p.faults.iter().all(|f| f.target == Target::Primary), "{p}");
+    }
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert_eq!(both, [true, true]);
 }
