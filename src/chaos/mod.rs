@@ -29,14 +29,15 @@ pub mod proxy;
 pub mod schedule;
 pub mod sentinel;
 pub mod servers;
+mod totals;
 
-use std::collections::BTreeMap;
+pub use totals::{print_totals, Totals};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde::Serialize;
 
 use crate::bench::{BenchOpts, Pick, QtyRange, ScenarioName};
 use cluster::{Cluster, Fsync};
@@ -106,43 +107,6 @@ pub struct ChaosOpts {
     /// Also print the totals as one JSON document at the end.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The figures of a campaign.
-#[derive(Debug, Default, Serialize)]
-pub struct Totals {
-    pub seed: u64,
-    pub schedules: u64,
-    pub faults: BTreeMap<String, u64>,
-    pub faults_skipped: u64,
-    /// Sentinel deployment: what the faults on the primary did (`after kill -9`,
-    /// `SENTINEL FAILOVER`, `kill -9 without failover`).
-    pub failovers: BTreeMap<String, u64>,
-    /// How the embedded data disk was made full: a real tmpfs, or the injected fault.
-    pub data_disk: Option<String>,
-    /// Processes that exited on their own with status 1 (a dependency unreachable at start)
-    /// and were started again, as a supervisor would.
-    pub supervised_restarts: u64,
-    pub claims: u64,
-    pub won: u64,
-    pub answers_503: u64,
-    pub outcome_unknown: u64,
-    pub no_answer: u64,
-    /// Sentinel deployment: answered wins the ledger does not hold after a failover (also
-    /// violations; counted apart to measure what an asynchronous replica costs).
-    pub lost_to_failover: u64,
-    /// Held orders: confirms answered 200, and how the orders ended.
-    pub confirms_200: u64,
-    pub confirmed: u64,
-    pub expired: u64,
-    /// Lock clients: leases granted, and stale holders' writes the resource refused.
-    pub lock_grants: u64,
-    pub stale_writes_refused: u64,
-    pub orders_checked: u64,
-    pub violations: u64,
-    pub seconds: f64,
-    /// Each failing schedule: its replay line and findings.
-    pub failures: Vec<String>,
 }
 
 /// Runs the campaign; prints as it goes. `Ok(totals)` even when violations were found.
@@ -375,48 +339,4 @@ fn bench_opts(s: &Schedule, urls: &str, connections: usize) -> BenchOpts {
     o.drain_timeout = Duration::from_secs(90);
     o.seed = s.seed ^ s.index;
     o
-}
-
-/// Prints the totals (text, then JSON if asked).
-pub fn print_totals(t: &Totals, json: bool) {
-    println!(
-        "campaign of seed {}: {} schedules in {:.0}s",
-        t.seed, t.schedules, t.seconds
-    );
-    for (k, n) in &t.faults {
-        println!("  faults {k:<24} {n}");
-    }
-    for (k, n) in &t.failovers {
-        println!("  failovers {k:<21} {n}");
-    }
-    if let Some(how) = &t.data_disk {
-        println!("  data disk full: {how}");
-    }
-    println!(
-        "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
-         no answer {}\n  lost to failover {}\n  confirms answered 200 {}\n  orders confirmed {}\n  \
-         orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  orders checked {}\n  \
-         violations {}",
-        t.faults_skipped,
-        t.supervised_restarts,
-        t.claims,
-        t.won,
-        t.answers_503,
-        t.outcome_unknown,
-        t.no_answer,
-        t.lost_to_failover,
-        t.confirms_200,
-        t.confirmed,
-        t.expired,
-        t.lock_grants,
-        t.stale_writes_refused,
-        t.orders_checked,
-        t.violations
-    );
-    if json {
-        match serde_json::to_string_pretty(t) {
-            Ok(s) => println!("{s}"),
-            Err(e) => tracing::error!(error = %e, "cannot print the totals as JSON"),
-        }
-    }
 }

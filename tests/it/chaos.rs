@@ -138,7 +138,10 @@ fn a_lost_replica_breaks_no_promise() {
         "0",
     ]);
     assert_eq!(t["violations"], 0, "{stdout}");
-    assert!(stdout.contains("Redis: a primary and 1 replica\n"), "{stdout}");
+    assert!(
+        stdout.contains("Redis: a primary and 1 replica\n"),
+        "{stdout}"
+    );
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
     assert!(t["answers_503"].as_u64().unwrap() > 0, "{stdout}");
     let faults = t["faults"].as_object().expect("fault counts");
