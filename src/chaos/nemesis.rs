@@ -29,7 +29,7 @@ pub struct Applied {
     pub injected_s: Option<f64>,
     pub healed_s: Option<f64>,
     pub error: Option<String>,
-    /// Sentinel faults: whether the primary moved to the other node.
+    /// Faults on the Sentinel primary: whether the primary moved to another node.
     pub failed_over: Option<bool>,
     /// Sentinel faults: what the sentinels did, e.g. `failover redis-0 -> redis-1, …`, or
     /// which replica was hit.

@@ -106,7 +106,7 @@ pub enum Kind {
     Outage,
     /// The link holds every byte both ways and accepts no connection (a silent partition).
     /// On a Redis replica: its replication link is cut again and again for the fault's
-    /// duration (the primary kills the replica's connection every 100 ms).
+    /// duration (`CLIENT KILL TYPE master` on the replica every 100 ms).
     Partition,
     /// The link discards what the instance sends to Redis.
     DropUp,

@@ -14,8 +14,8 @@
 //!   yet sent can be lost; `seckill chaos` measures how many answered wins that costs.
 //! - **`SENTINEL FAILOVER`**: the graceful hand-over an operator starts (maintenance, an
 //!   upgrade). It must lose nothing.
-//! - **a replica** killed -9, frozen (SIGSTOP: it lags, then catches up), or cut off (the
-//!   primary drops its replication link every 100 ms). With one replica and the default
+//! - **a replica** killed -9, frozen (SIGSTOP: it lags, then catches up), or cut off (its
+//!   replication link dropped every 100 ms). With one replica and the default
 //!   `--redis-wait-replicas 1`, nothing can be sold or confirmed meanwhile; with two, the
 //!   other one acknowledges.
 //!
