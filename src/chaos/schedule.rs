@@ -15,6 +15,11 @@ use serde::Serialize;
 
 use crate::bench::events::{Action, EventSpec, When};
 
+mod fault;
+
+use fault::{draw, kinds};
+pub use fault::{Fault, Kind, Target};
+
 /// Which deployment a schedule runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -26,147 +31,6 @@ pub enum Deployment {
     /// The same behind Redis Sentinel: a primary, one or two replicas (all AOF; the schedule
     /// draws how many), three sentinels.
     Sentinel,
-}
-
-/// A process the nemesis can hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Target {
-    /// `seckill serve` instance 0 (the embedded server, or scale-out instance A) or 1.
-    Instance(u8),
-    Worker,
-    Redis,
-    Postgres,
-    /// The embedded data directory's filesystem.
-    Disk,
-    /// Scale-out: the network between instance 0 and Redis (through the fault proxy).
-    Link,
-    /// Sentinel: whichever Redis node is the primary when the fault lands.
-    Primary,
-    /// Sentinel: whichever Redis node is the lowest-numbered replica when the fault lands.
-    Replica,
-    /// Sentinel: Redis node 0, 1 or 2 (each the primary or a replica, as failovers left them).
-    Node(u8),
-    /// Sentinel: one of the three sentinels (supervised, never faulted).
-    Sentinel(u8),
-}
-
-impl std::str::FromStr for Target {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "instance-0" => Target::Instance(0),
-            "instance-1" => Target::Instance(1),
-            "worker" => Target::Worker,
-            "redis-server" => Target::Redis,
-            "postgres" => Target::Postgres,
-            "data-disk" => Target::Disk,
-            "redis-link" => Target::Link,
-            "redis-primary" => Target::Primary,
-            "redis-replica" => Target::Replica,
-            _ => {
-                return Err(format!(
-                    "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
-                     postgres, data-disk, redis-link, redis-primary, redis-replica)"
-                ))
-            }
-        })
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Instance(i) => write!(f, "instance-{i}"),
-            Target::Worker => f.write_str("worker"),
-            Target::Redis => f.write_str("redis-server"),
-            Target::Postgres => f.write_str("postgres"),
-            Target::Disk => f.write_str("data-disk"),
-            Target::Link => f.write_str("redis-link"),
-            Target::Primary => f.write_str("redis-primary"),
-            Target::Replica => f.write_str("redis-replica"),
-            Target::Node(i) => write!(f, "redis-{i}"),
-            Target::Sentinel(i) => write!(f, "sentinel-{i}"),
-        }
-    }
-}
-
-/// What is done to the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// SIGKILL, then a restart after the fault's duration.
-    Kill,
-    /// SIGSTOP for the fault's duration, then SIGCONT.
-    Freeze,
-    /// The data directory's disk is full for the fault's duration.
-    DiskFull,
-    /// PostgreSQL is down (fast shutdown) for 30 s, orders piling up in the stream.
-    Outage,
-    /// The link holds every byte both ways and accepts no connection (a silent partition).
-    /// On a Redis replica: its replication link is cut again and again for the fault's
-    /// duration (`CLIENT KILL TYPE master` on the replica every 100 ms).
-    Partition,
-    /// The link discards what the instance sends to Redis.
-    DropUp,
-    /// The link discards what Redis sends to the instance.
-    DropDown,
-    /// The link delays every chunk 50–300 ms each way.
-    Latency,
-    /// The link closes every connection at once.
-    Reset,
-    /// `SENTINEL FAILOVER`: the primary hands over to the replica (graceful).
-    Failover,
-    /// Every ledger commit ends in a disk I/O error (a failed fsync) for the fault's
-    /// duration: half of them committed, half rolled back.
-    IoError,
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Kill => "kill -9",
-            Kind::Freeze => "SIGSTOP",
-            Kind::DiskFull => "disk full",
-            Kind::Outage => "unreachable",
-            Kind::Partition => "partition",
-            Kind::DropUp => "drop instance->redis",
-            Kind::DropDown => "drop redis->instance",
-            Kind::Latency => "latency 50-300ms",
-            Kind::Reset => "reset",
-            Kind::Failover => "SENTINEL FAILOVER",
-            Kind::IoError => "fsync error",
-        })
-    }
-}
-
-/// One fault: at `at` into the storm, `kind` hits `target` for `hold`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Fault {
-    pub at: Duration,
-    pub target: Target,
-    pub kind: Kind,
-    pub hold: Duration,
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verb = match self.kind {
-            Kind::Kill => "restart after",
-            Kind::Freeze => "SIGCONT after",
-            Kind::Reset | Kind::Failover => "then",
-            _ => "for",
-        };
-        write!(
-            f,
-            "{:>6.2}s  {} {}, {verb} {:.2}s",
-            self.at.as_secs_f64(),
-            self.kind,
-            self.target,
-            self.hold.as_secs_f64()
-        )
-    }
 }
 
 /// The workload of one schedule (a `seckill bench` run) and its faults.
@@ -283,31 +147,6 @@ impl Schedule {
     }
 }
 
-/// When a fault of `kind` lands and how long it holds, inside a fault window ending `end`
-/// seconds into the storm.
-fn draw(r: &mut StdRng, target: Target, kind: Kind, end: f64) -> Fault {
-    let hold = match kind {
-        // Longer than the sentinels' down-after (1 s) plus their election: the replica is
-        // promoted before the killed primary comes back as a replica.
-        Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
-        Kind::Kill => r.gen_range(0.0..3.0),
-        Kind::Freeze => r.gen_range(3.0..8.0),
-        Kind::DiskFull | Kind::IoError => r.gen_range(1.0..5.0),
-        Kind::Outage => 30.0,
-        Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
-        Kind::Latency => r.gen_range(2.0..6.0),
-        Kind::Reset | Kind::Failover => 0.0,
-    };
-    let hold = f64::min(hold, end - 1.5).max(0.0);
-    let at = r.gen_range(1.0..(end - hold).max(1.5));
-    Fault {
-        at: Duration::from_secs_f64(at),
-        target,
-        kind,
-        hold: Duration::from_secs_f64(hold),
-    }
-}
-
 fn ev(at: f64, action: Action) -> EventSpec {
     EventSpec {
         when: When::After((at * 100.0).round() / 100.0),
@@ -319,50 +158,6 @@ fn at_of(e: &EventSpec) -> f64 {
     match e.when {
         When::After(s) => s,
         When::Fraction(f) => f,
-    }
-}
-
-/// The faults a deployment can suffer.
-fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, Kind)> {
-    match deployment {
-        Deployment::Embedded => vec![
-            (Target::Instance(0), Kind::Kill),
-            (Target::Instance(0), Kind::Freeze),
-            (Target::Disk, Kind::DiskFull),
-            (Target::Disk, Kind::IoError),
-        ],
-        Deployment::ScaleOut => {
-            let mut v = vec![
-                (Target::Instance(0), Kind::Kill),
-                (Target::Instance(1), Kind::Kill),
-                (Target::Instance(0), Kind::Freeze),
-                (Target::Instance(1), Kind::Freeze),
-                (Target::Worker, Kind::Kill),
-                (Target::Worker, Kind::Freeze),
-                (Target::Redis, Kind::Kill),
-                (Target::Postgres, Kind::Kill),
-                (Target::Link, Kind::Partition),
-                (Target::Link, Kind::DropUp),
-                (Target::Link, Kind::DropDown),
-                (Target::Link, Kind::Latency),
-                (Target::Link, Kind::Reset),
-            ];
-            if long_outage {
-                v.push((Target::Postgres, Kind::Outage));
-            }
-            v
-        }
-        // Faults on the primary twice as likely as the others: failovers are what this
-        // deployment is for.
-        Deployment::Sentinel => vec![
-            (Target::Primary, Kind::Kill),
-            (Target::Primary, Kind::Kill),
-            (Target::Primary, Kind::Failover),
-            (Target::Primary, Kind::Failover),
-            (Target::Instance(0), Kind::Kill),
-            (Target::Instance(1), Kind::Kill),
-            (Target::Worker, Kind::Kill),
-        ],
     }
 }
 

@@ -31,6 +31,19 @@ fn chaos(args: &[&str]) -> (Value, String) {
     (t, stdout)
 }
 
+/// Requires the totals' `group` (`faults`, `failovers`) to count each of `kinds` at least
+/// once, so a change of the generator cannot quietly drop a fault from a seed.
+fn counted(t: &Value, group: &str, kinds: &[&str]) {
+    let counts = t[group].as_object().expect("counts by kind");
+    for kind in kinds {
+        assert!(
+            counts.get(*kind).and_then(Value::as_u64).unwrap_or(0) > 0,
+            "seed {} no longer produces {group} {kind}: {counts:?}",
+            t["seed"]
+        );
+    }
+}
+
 /// Seed 1065's first two schedules per deployment: between them, kill -9 of the embedded
 /// server, a full disk, fsync errors at the embedded ledger's commits, kill -9 of redis-server
 /// and PostgreSQL, and network faults between instance 0 and Redis (connections reset, each
@@ -66,22 +79,20 @@ fn short_campaign_finds_no_violation() {
     // Which full disk ran (a real tmpfs as root, else the injected SQLITE_FULL) is reported.
     eprintln!("data disk full: {}", t["data_disk"]);
     assert!(t["data_disk"].is_string(), "{stdout}");
-    let faults = t["faults"].as_object().expect("fault counts");
-    for kind in [
-        "kill -9 instance-0",
-        "disk full data-disk",
-        "fsync error data-disk",
-        "kill -9 redis-server",
-        "kill -9 postgres",
-        "reset redis-link",
-        "drop instance->redis redis-link",
-        "drop redis->instance redis-link",
-    ] {
-        assert!(
-            faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
-            "seed 1065 no longer injects {kind}: {faults:?}"
-        );
-    }
+    counted(
+        &t,
+        "faults",
+        &[
+            "kill -9 instance-0",
+            "disk full data-disk",
+            "fsync error data-disk",
+            "kill -9 redis-server",
+            "kill -9 postgres",
+            "reset redis-link",
+            "drop instance->redis redis-link",
+            "drop redis->instance redis-link",
+        ],
+    );
 }
 
 /// The Sentinel deployment (a primary, three sentinels; both instances and the worker find
@@ -108,13 +119,7 @@ fn sentinel_failovers_lose_no_win() {
     assert_eq!(t["violations"], 0, "{stdout}");
     assert_eq!(t["lost_to_failover"], 0, "{stdout}");
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
-    let failovers = t["failovers"].as_object().expect("failover counts");
-    for kind in ["after kill -9", "SENTINEL FAILOVER"] {
-        assert!(
-            failovers.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
-            "seed 4 no longer fails over by {kind}: {failovers:?}"
-        );
-    }
+    counted(&t, "failovers", &["after kill -9", "SENTINEL FAILOVER"]);
 }
 
 /// The faults on a replica, with one replica and the default `--redis-wait-replicas 1`: seed
@@ -144,11 +149,9 @@ fn a_lost_replica_breaks_no_promise() {
     );
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
     assert!(t["answers_503"].as_u64().unwrap() > 0, "{stdout}");
-    let faults = t["faults"].as_object().expect("fault counts");
-    for kind in ["kill -9 redis-replica", "partition redis-replica"] {
-        assert!(
-            faults.get(kind).and_then(Value::as_u64).unwrap_or(0) > 0,
-            "seed 7 no longer injects {kind}: {faults:?}"
-        );
-    }
+    counted(
+        &t,
+        "faults",
+        &["kill -9 redis-replica", "partition redis-replica"],
+    );
 }
