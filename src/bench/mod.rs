@@ -161,8 +161,10 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         if let Some(h) = plan.hold {
             payer::wait_resolved(&client, &campaign, h).await?;
         }
+        let instances: Vec<Client> = urls.iter().map(|u| Client::new(u, &token)).collect();
         let drained = drain::wait(
             &client,
+            &instances,
             &campaign,
             &wins,
             opts.drain_timeout,
@@ -262,6 +264,11 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         timeline,
         plan,
         wins,
+        keyed: std::mem::take(&mut tally.keyed),
+        confirmed_at: payments
+            .as_ref()
+            .map(|p| p.confirmed_at.clone())
+            .unwrap_or_default(),
         confirmed: payments.map(|p| p.confirmed).unwrap_or_default(),
     })
 }

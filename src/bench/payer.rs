@@ -9,9 +9,9 @@
 //! every unpaid order is `expired` at or after `pay_by`, and units that expired before a
 //! later `sold_out` answer were sold again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use parking_lot::Mutex;
@@ -27,6 +27,8 @@ use crate::domain::{Order, OrderPage, OrderState};
 #[derive(Debug, Default)]
 pub struct Payments {
     pub confirmed: HashSet<String>,
+    /// When the (first) 200 of each confirmed order arrived.
+    pub confirmed_at: HashMap<String, Instant>,
     pub refused: HashSet<String>,
     /// Confirm attempts that got neither 200 nor 409 (transport errors, 503).
     pub failed: u64,
@@ -34,6 +36,9 @@ pub struct Payments {
     /// confirmed without a 200 having been seen (the attempt may have landed).
     pub uncertain: HashSet<String>,
 }
+
+/// How [`check`] words an order whose confirm was answered 200 and that expired anyway.
+pub const CONFIRMED_BUT_EXPIRED: &str = "answered confirmed (200) but expired";
 
 /// What the report shows of a run with holds.
 #[derive(Debug, Clone, Serialize)]
@@ -154,7 +159,11 @@ async fn confirm(client: &Client, id: &str, p: &Mutex<Payments>) {
         }
         match client.admin(reqwest::Method::POST, &path, None).await {
             Ok((s, _)) if s.as_u16() == 200 => {
-                p.lock().confirmed.insert(id.to_owned());
+                let mut p = p.lock();
+                p.confirmed.insert(id.to_owned());
+                p.confirmed_at
+                    .entry(id.to_owned())
+                    .or_insert_with(Instant::now);
                 return;
             }
             Ok((s, _)) if s.as_u16() == 409 => {
@@ -228,10 +237,7 @@ pub fn check(
             OrderState::Expired => {
                 expired += 1;
                 if pay.confirmed.contains(id) {
-                    bad(
-                        format!("order {id} answered confirmed (200) but expired"),
-                        id,
-                    );
+                    bad(format!("order {id} {CONFIRMED_BUT_EXPIRED}"), id);
                 }
                 if resolved.is_none_or(|r| r < pay_by) {
                     bad(format!("order {id} expired before its pay_by"), id);

@@ -128,9 +128,15 @@ pub struct BenchReport {
     /// Every `won` answer received (for callers that check the ledger themselves).
     #[serde(skip)]
     pub wins: Vec<super::Win>,
+    /// Every answer to a claim sent with an Idempotency-Key (for the same callers).
+    #[serde(skip)]
+    pub keyed: Vec<super::storm::Keyed>,
     /// Held orders a confirm of which was answered 200 (for the same callers).
     #[serde(skip)]
     pub confirmed: std::collections::HashSet<String>,
+    /// When the first 200 of each of those arrived.
+    #[serde(skip)]
+    pub confirmed_at: std::collections::HashMap<String, std::time::Instant>,
 }
 
 impl Verification {

@@ -32,6 +32,8 @@ pub struct Win {
     pub qty: u64,
     pub codes: Option<Vec<String>>,
     pub key: Option<String>,
+    /// When the answer arrived (the fault campaign excuses wins a Redis restore took back).
+    pub answered: Instant,
 }
 
 /// A processed answer to a claim sent with an Idempotency-Key.
@@ -41,6 +43,9 @@ pub struct Keyed {
     pub key: String,
     pub outcome: Outcome,
     pub order_id: Option<String>,
+    /// When the claim was sent and when its answer arrived.
+    pub sent: Instant,
+    pub answered: Instant,
 }
 
 /// What the workers observed.
@@ -287,6 +292,8 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                     key: k.clone(),
                     outcome: answer.outcome,
                     order_id: answer.order_id.clone(),
+                    sent,
+                    answered: Instant::now(),
                 });
             }
         }
@@ -302,6 +309,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                 qty: answer.qty.unwrap_or(0),
                 codes: answer.codes,
                 key: shot.key,
+                answered: Instant::now(),
             });
         }
     }

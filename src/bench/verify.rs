@@ -306,11 +306,13 @@ const KEPT_REJECTIONS_PER_USER: usize = crate::config::KEPT_REJECTIONS_PER_USER 
 const KEPT_REJECTIONS_PER_CAMPAIGN: usize = crate::config::KEPT_REJECTIONS_PER_CAMPAIGN as usize;
 
 /// Invariant 6: all answers to one (user, Idempotency-Key) are the same, so at most one order.
-/// A `won` answer is kept for a day, so any other answer under its key is a violation. Answers
-/// that changed nothing are kept only within the server's caps (docs/API.md), so two different
-/// rejections under one key count only when the run cannot have reached a cap: the user had
-/// fewer rejected keys than the per-user cap and the campaign fewer than the per-campaign cap
-/// (checked against the server's defaults; a server run with lower caps can show more).
+/// A `won` answer is kept for a day, so no answer to a retry sent after it arrived may differ,
+/// and no key may win two orders. Answers that changed nothing are kept only within the
+/// server's caps (docs/API.md), so beyond a cap a rejection's retry is decided afresh and may
+/// win; any two different answers under one key count only when the run cannot have reached
+/// a cap: the user had fewer rejected keys than the per-user cap and the campaign fewer than
+/// the per-campaign cap (checked against the server's defaults; a server run with lower caps
+/// can show more).
 fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<(&str, &str), Vec<&Keyed>> = BTreeMap::new();
     for k in keyed {
@@ -328,10 +330,20 @@ fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
             .iter()
             .map(|a| (a.outcome.as_str(), a.order_id.as_deref()))
             .collect();
-        let won = answers.iter().any(|a| a.outcome == Outcome::Won);
         let capped = campaign_capped
             || rejected_keys.get(user).copied().unwrap_or(0) >= KEPT_REJECTIONS_PER_USER;
-        if distinct.len() > 1 && (won || !capped) {
+        let won: Vec<&&Keyed> = answers
+            .iter()
+            .filter(|a| a.outcome == Outcome::Won)
+            .collect();
+        let two_orders = won.iter().any(|w| w.order_id != won[0].order_id);
+        // A retry sent once a `won` had arrived must replay it.
+        let after_won = won.iter().any(|w| {
+            answers
+                .iter()
+                .any(|a| a.sent > w.answered && a.order_id != w.order_id)
+        });
+        if distinct.len() > 1 && (two_orders || after_won || !capped) {
             let mut orders: Vec<String> =
                 answers.iter().filter_map(|a| a.order_id.clone()).collect();
             orders.sort();
@@ -360,12 +372,21 @@ fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
 mod tests {
     use super::*;
 
+    /// One answer, sent and answered after every answer made before it.
     fn keyed(user: &str, key: &str, outcome: Outcome, order: Option<&str>) -> Keyed {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::time::{Duration, Instant};
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let base = *BASE.get_or_init(Instant::now);
+        let n = NEXT.fetch_add(2, Ordering::Relaxed);
         Keyed {
             user: user.into(),
             key: key.into(),
             outcome,
             order_id: order.map(Into::into),
+            sent: base + Duration::from_micros(n),
+            answered: base + Duration::from_micros(n + 1),
         }
     }
 
@@ -394,5 +415,30 @@ mod tests {
         }
         keyed.push(self::keyed("many", "k1", Outcome::OverLimit, None));
         assert_eq!(flagged(&keyed), ["few", "won"]);
+    }
+
+    #[test]
+    fn beyond_a_cap_a_rejection_may_be_followed_by_a_win_but_never_the_reverse() {
+        let mut keyed = Vec::new();
+        for user in ["first-rejected", "first-won", "two-orders"] {
+            for i in 1..=KEPT_REJECTIONS_PER_USER {
+                keyed.push(self::keyed(user, &format!("k{i}"), Outcome::SoldOut, None));
+            }
+        }
+        // Rejected (not kept, the user is past the cap), then won on the retry: allowed.
+        keyed.push(self::keyed("first-rejected", "k0", Outcome::SoldOut, None));
+        keyed.push(self::keyed(
+            "first-rejected",
+            "k0",
+            Outcome::Won,
+            Some("c-1"),
+        ));
+        // Won, then a retry sent after the win arrived answered otherwise: a violation.
+        keyed.push(self::keyed("first-won", "k0", Outcome::Won, Some("c-2")));
+        keyed.push(self::keyed("first-won", "k0", Outcome::SoldOut, None));
+        // One key, two orders: a violation whatever the order.
+        keyed.push(self::keyed("two-orders", "k0", Outcome::Won, Some("c-3")));
+        keyed.push(self::keyed("two-orders", "k0", Outcome::Won, Some("c-4")));
+        assert_eq!(flagged(&keyed), ["first-won", "two-orders"]);
     }
 }

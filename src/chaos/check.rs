@@ -20,6 +20,7 @@
 use serde::Serialize;
 
 use super::cluster::Cluster;
+use super::excuse::Excused;
 use crate::bench::BenchReport;
 
 /// One broken promise.
@@ -35,6 +36,7 @@ pub async fn verdict(
     first_stock: u64,
     cluster: &Cluster,
     crashes: Vec<String>,
+    excused: &Excused,
 ) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     match &report.verification {
@@ -47,6 +49,9 @@ pub async fn verdict(
                 )));
             }
             for x in &v.violations {
+                if excused.covers(x.invariant, &x.message, &x.orders) {
+                    continue;
+                }
                 out.push(Finding {
                     what: format!(
                         "invariant {} ({:?}): {}",
@@ -80,10 +85,10 @@ pub async fn verdict(
                 campaign.0,
             ));
             out.extend(super::ledger::check(
-                &report.wins,
+                &excused.kept(&report.wins),
                 &rows,
                 campaign,
-                &report.confirmed,
+                &excused.kept_confirms(&report.confirmed),
                 report.plan.hold.is_some(),
             ))
         }

@@ -316,8 +316,10 @@ impl Cluster {
                 Target::Postgres => {
                     listening(self.pg_port).await && create_db(self.pg_port).await.is_ok()
                 }
-                // The worker has no port: alive for a second is started.
+                // The worker has no port: alive for a second is started. (A snapshot restore
+                // starts no process of its own.)
                 Target::Worker
+                | Target::Snapshot
                 | Target::Disk
                 | Target::Link
                 | Target::Primary
@@ -399,6 +401,24 @@ impl Cluster {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Copies every process's log (the servers', Redis's, the sentinels', PostgreSQL's) to a
+    /// new directory that outlives the deployment, for a schedule with findings; its path.
+    pub fn keep_logs(&self) -> anyhow::Result<PathBuf> {
+        let kept = tempfile::Builder::new()
+            .prefix("seckill-chaos-logs")
+            .tempdir_in("/tmp")?
+            .keep();
+        for entry in std::fs::read_dir(self.dir.path())? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                if let Some(name) = path.file_name() {
+                    std::fs::copy(&path, kept.join(name))?;
+                }
+            }
+        }
+        Ok(kept)
     }
 }
 

@@ -21,11 +21,13 @@
 pub mod check;
 pub mod cluster;
 pub mod disk;
+pub mod excuse;
 pub mod ledger;
 pub mod locks;
 pub mod nemesis;
 pub mod procs;
 pub mod proxy;
+pub mod rewind;
 pub mod schedule;
 pub mod sentinel;
 pub mod servers;
@@ -248,12 +250,33 @@ async fn one(
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
-    let mut findings = check::verdict(&report, s.stock, &cluster, crashes).await;
+    let windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
+    let excused = match excuse::Excused::read(&report, &cluster, &windows).await {
+        Ok(e) => e,
+        Err(e) => anyhow::bail!("reading what the snapshot restore took back: {e:#}"),
+    };
+    if !windows.is_empty() {
+        println!(
+            "  restored from a snapshot: {} answered wins taken back, {} refused by the ledger \
+             (failed_orders), {} confirms answered 200 taken back; {} wins and {} confirms \
+             answered in the window",
+            excused.lost,
+            excused.refused,
+            excused.confirms_lost,
+            excused.wins.len(),
+            excused.confirms.len()
+        );
+        totals.lost_to_rewind += excused.lost as u64;
+        totals.confirms_lost_to_rewind += excused.confirms_lost as u64;
+        totals.refused_after_rewind += excused.refused as u64;
+    }
+    let mut findings = check::verdict(&report, s.stock, &cluster, crashes, &excused).await;
     if let Some(h) = &locks {
         // A promoted replica may not know a lease (docs/LOCKS.md), nor may a Redis that
-        // fsyncs once a second after a kill -9.
+        // fsyncs once a second after a kill -9, nor one restored from an older snapshot.
         let exclusive = !applied.iter().any(|a| a.failed_over == Some(true))
-            && opts.appendfsync == Fsync::Always;
+            && opts.appendfsync == Fsync::Always
+            && windows.is_empty();
         findings.extend(locks::check(h, exclusive));
         println!(
             "  locks: {} grants, {} extends, {} releases, {} fenced writes ({} stale refused), {} calls unanswered",
@@ -310,6 +333,12 @@ async fn one(
     totals.outcome_unknown += report.unknown_outcomes;
     totals.no_answer += report.transport_errors;
     totals.orders_checked += orders;
+    if !findings.is_empty() {
+        match cluster.keep_logs() {
+            Ok(dir) => println!("  the processes' logs are kept in {}", dir.display()),
+            Err(e) => println!("  the processes' logs could not be kept: {e:#}"),
+        }
+    }
     Ok(findings)
 }
 

@@ -34,6 +34,9 @@ pub struct Applied {
     /// Sentinel faults: what the sentinels did, e.g. `failover redis-0 -> redis-1, …`, or
     /// which replica was hit.
     pub note: Option<String>,
+    /// Snapshot restores: the decisions the restore took back (see [`super::rewind`]).
+    #[serde(skip)]
+    pub rewound: Option<super::rewind::Window>,
 }
 
 /// Runs every fault of `faults` against `cluster`, from `start`; returns once all are healed.
@@ -70,13 +73,31 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
         error: None,
         failed_over: None,
         note: None,
+        rewound: None,
     };
+    let since = |s: Instant| s.elapsed().as_secs_f64();
+    if fault.kind == Kind::Rewind {
+        // Two processes and two moments: the module takes their locks itself.
+        if start.elapsed() + fault.hold > cutoff {
+            applied.error = Some("skipped: past the fault window".into());
+            return applied;
+        }
+        applied.injected_s = Some(since(start));
+        match super::rewind::run(cluster, fault.hold).await {
+            Ok((window, note)) => {
+                applied.rewound = Some(window);
+                applied.note = Some(note);
+            }
+            Err(e) => applied.error = Some(format!("{e:#}")),
+        }
+        applied.healed_s = Some(since(start));
+        return applied;
+    }
     let mut slot = cluster.slot(fault.target).lock().await;
     if start.elapsed() + fault.hold > cutoff {
         applied.error = Some("skipped: its process was busy with an earlier fault".into());
         return applied;
     }
-    let since = |s: Instant| s.elapsed().as_secs_f64();
     tracing::info!(%fault, "injecting");
     applied.injected_s = Some(since(start));
     let result = match (fault.kind, slot.as_mut()) {

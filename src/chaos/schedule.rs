@@ -127,6 +127,14 @@ impl Schedule {
                 faults.push(draw(&mut extra, Target::Replica, kind, end));
             }
         }
+        // A Redis restored from a snapshot comes on top too, so the scale-out schedules of a
+        // seed keep their faults; drawn last from the second generator, after the replicas.
+        if deployment == Deployment::ScaleOut
+            && shape.only.is_none_or(|t| t == Target::Snapshot)
+            && extra.gen_bool(0.5)
+        {
+            faults.push(draw(&mut extra, Target::Snapshot, Kind::Rewind, end));
+        }
         faults.sort_by_key(|f| f.at);
         Schedule {
             seed,
@@ -183,10 +191,10 @@ impl fmt::Display for Schedule {
             self.seed,
             self.index,
             self.storm.as_secs_f64(),
-            // The faults on a replica come on top of `--faults`.
+            // The faults on a replica and a snapshot restore come on top of `--faults`.
             self.faults
                 .iter()
-                .filter(|f| f.target != Target::Replica)
+                .filter(|f| !matches!(f.target, Target::Replica | Target::Snapshot))
                 .count(),
             if self.long_outage {
                 " --long-outage"

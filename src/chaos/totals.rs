@@ -28,6 +28,12 @@ pub struct Totals {
     /// Sentinel deployment: answered wins the ledger does not hold after a failover (also
     /// violations; counted apart to measure what an asynchronous replica costs).
     pub lost_to_failover: u64,
+    /// Scale-out: answered wins a Redis restored from an older snapshot took back, and wins
+    /// answered after it that the ledger refused (`failed_orders`); excused, not violations
+    /// (`super::excuse`).
+    pub lost_to_rewind: u64,
+    pub refused_after_rewind: u64,
+    pub confirms_lost_to_rewind: u64,
     /// Held orders: confirms answered 200, and how the orders ended.
     pub confirms_200: u64,
     pub confirmed: u64,
@@ -59,7 +65,7 @@ pub fn print_totals(t: &Totals, json: bool) {
     }
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
-         no answer {}\n  lost to failover {}\n  confirms answered 200 {}\n  orders confirmed {}\n  \
+         no answer {}\n  lost to failover {}\n  lost to a snapshot restore {} (and {} refused by the ledger, {} confirms)\n  confirms answered 200 {}\n  orders confirmed {}\n  \
          orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  orders checked {}\n  \
          violations {}",
         t.faults_skipped,
@@ -70,6 +76,9 @@ pub fn print_totals(t: &Totals, json: bool) {
         t.outcome_unknown,
         t.no_answer,
         t.lost_to_failover,
+        t.lost_to_rewind,
+        t.refused_after_rewind,
+        t.confirms_lost_to_rewind,
         t.confirms_200,
         t.confirmed,
         t.expired,

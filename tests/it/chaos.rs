@@ -46,7 +46,8 @@ fn counted(t: &Value, group: &str, kinds: &[&str]) {
 
 /// Seed 1065's first two schedules per deployment: between them, kill -9 of the embedded
 /// server, a full disk, fsync errors at the embedded ledger's commits, kill -9 of redis-server
-/// and PostgreSQL, and network faults between instance 0 and Redis (connections reset, each
+/// and PostgreSQL, Redis restored from a snapshot taken seconds earlier, and network faults
+/// between instance 0 and Redis (connections reset, each
 /// direction's bytes dropped) — checked below, so a change of the generator cannot quietly
 /// drop them. Every schedule holds its orders for payers who confirm some of them near the
 /// deadline, and runs lock clients beside the storm: confirms, expiries and lock grants are
@@ -84,6 +85,7 @@ fn short_campaign_finds_no_violation() {
         "faults",
         &[
             "kill -9 instance-0",
+            "snapshot redis-snapshot",
             "disk full data-disk",
             "fsync error data-disk",
             "kill -9 redis-server",
@@ -153,5 +155,39 @@ fn a_lost_replica_breaks_no_promise() {
         &t,
         "faults",
         &["kill -9 redis-replica", "partition redis-replica"],
+    );
+}
+
+/// Redis sent back in time: seed 7's second scale-out schedule with only that fault (`--only
+/// redis-snapshot --storm 20s --faults 0`): a code campaign with held orders and payers, lock
+/// clients, a snapshot taken 2.25 s in, and 3.5 s later PostgreSQL stalled, redis-server and
+/// the worker killed -9 and Redis started from the snapshot, hundreds of wins and confirms
+/// answered in between. Nothing may be oversold or handed out twice, and only the answers the
+/// restore can take back (`src/chaos/excuse.rs`) are excused.
+#[test]
+fn a_redis_restored_from_a_snapshot_breaks_no_promise() {
+    let (t, stdout) = chaos(&[
+        "--deployment",
+        "scale-out",
+        "--only",
+        "redis-snapshot",
+        "--seed",
+        "7",
+        "--first",
+        "1",
+        "--schedules",
+        "1",
+        "--storm",
+        "20s",
+        "--faults",
+        "0",
+    ]);
+    assert_eq!(t["violations"], 0, "{stdout}");
+    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
+    counted(&t, "faults", &["snapshot redis-snapshot"]);
+    assert!(
+        stdout.contains("Redis serving the snapshot"),
+        "the restore did not happen: {stdout}"
     );
 }

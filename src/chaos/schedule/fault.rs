@@ -32,6 +32,8 @@ pub enum Target {
     Node(u8),
     /// Sentinel: one of the three sentinels (supervised, never faulted).
     Sentinel(u8),
+    /// Scale-out: Redis's data set, snapshotted and later restored (with the worker killed).
+    Snapshot,
 }
 
 impl std::str::FromStr for Target {
@@ -48,10 +50,12 @@ impl std::str::FromStr for Target {
             "redis-link" => Target::Link,
             "redis-primary" => Target::Primary,
             "redis-replica" => Target::Replica,
+            "redis-snapshot" => Target::Snapshot,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
-                     postgres, data-disk, redis-link, redis-primary, redis-replica)"
+                     postgres, data-disk, redis-link, redis-primary, redis-replica, \
+                     redis-snapshot)"
                 ))
             }
         })
@@ -71,6 +75,7 @@ impl fmt::Display for Target {
             Target::Replica => f.write_str("redis-replica"),
             Target::Node(i) => write!(f, "redis-{i}"),
             Target::Sentinel(i) => write!(f, "sentinel-{i}"),
+            Target::Snapshot => f.write_str("redis-snapshot"),
         }
     }
 }
@@ -104,6 +109,9 @@ pub enum Kind {
     /// Every ledger commit ends in a disk I/O error (a failed fsync) for the fault's
     /// duration: half of them committed, half rolled back.
     IoError,
+    /// A snapshot of Redis now; after the fault's duration redis-server and the worker are
+    /// killed -9 at once and Redis restarts from that snapshot (`super::super::rewind`).
+    Rewind,
 }
 
 impl fmt::Display for Kind {
@@ -120,6 +128,7 @@ impl fmt::Display for Kind {
             Kind::Reset => "reset",
             Kind::Failover => "SENTINEL FAILOVER",
             Kind::IoError => "fsync error",
+            Kind::Rewind => "snapshot",
         })
     }
 }
@@ -139,6 +148,7 @@ impl fmt::Display for Fault {
             Kind::Kill => "restart after",
             Kind::Freeze => "SIGCONT after",
             Kind::Reset | Kind::Failover => "then",
+            Kind::Rewind => "then kill -9 redis-server and the worker and restore it after",
             _ => "for",
         };
         write!(
@@ -166,6 +176,7 @@ pub(super) fn draw(r: &mut StdRng, target: Target, kind: Kind, end: f64) -> Faul
         Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
         Kind::Latency => r.gen_range(2.0..6.0),
         Kind::Reset | Kind::Failover => 0.0,
+        Kind::Rewind => r.gen_range(1.0..4.0),
     };
     let hold = f64::min(hold, end - 1.5).max(0.0);
     let at = r.gen_range(1.0..(end - hold).max(1.5));

@@ -34,12 +34,43 @@ fn faults_end_before_the_last_fifth() {
                 assert!((f.at + f.hold).as_secs_f64() <= 16.0 + 1e-9, "{s}");
             }
             assert!(on_replicas_n(&s) <= 2, "{s}");
-            assert_eq!(s.faults.len() - on_replicas_n(&s), 4, "{s}");
+            assert!(restores_n(&s) <= 1, "{s}");
+            assert_eq!(
+                s.faults.len() - on_replicas_n(&s) - restores_n(&s),
+                4,
+                "{s}"
+            );
             if d == Deployment::Sentinel {
                 assert!((1..=2).contains(&s.replicas), "{s}");
             }
         }
     }
+}
+
+fn restores_n(s: &Schedule) -> usize {
+    s.faults
+        .iter()
+        .filter(|f| f.target == Target::Snapshot)
+        .count()
+}
+
+/// About half the scale-out schedules restore Redis from a snapshot, on top of their faults;
+/// `--only redis-snapshot` keeps that fault alone.
+#[test]
+fn scale_out_schedules_also_restore_snapshots() {
+    let restored = (0..100)
+        .filter(|&i| restores_n(&Schedule::generate(9, i, Deployment::ScaleOut, shape())) == 1)
+        .count();
+    assert!((25..=75).contains(&restored), "{restored} of 100");
+    for d in [Deployment::Embedded, Deployment::Sentinel] {
+        assert!((0..100).all(|i| restores_n(&Schedule::generate(9, i, d, shape())) == 0));
+    }
+    let only = Shape {
+        only: Some(Target::Snapshot),
+        ..shape()
+    };
+    let s = Schedule::generate(9, 0, Deployment::ScaleOut, only);
+    assert!(s.faults.iter().all(|f| f.kind == Kind::Rewind), "{s}");
 }
 
 fn on_replicas_n(s: &Schedule) -> usize {

@@ -43,6 +43,11 @@ impl Behind {
         self.0.lock().insert(campaign);
     }
 
+    /// How many campaigns are being caught up (`GET /healthz` reports it as `gate_behind`).
+    pub fn count(&self) -> usize {
+        self.0.lock().len()
+    }
+
     fn snapshot(&self) -> Vec<String> {
         self.0.lock().iter().cloned().collect()
     }

@@ -393,6 +393,7 @@ impl Backend for ScaleOut {
     fn health_details(&self) -> Option<serde_json::Value> {
         let mut v = serde_json::json!({"redis_settings": self.settings.current()});
         v["refusing_claims"] = self.settings.refusing().into();
+        v["gate_behind"] = self.behind.count().into();
         Some(v)
     }
 

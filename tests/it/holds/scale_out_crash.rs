@@ -112,6 +112,7 @@ async fn the_drain_waits_for_expiries_a_stalled_worker_has_not_applied() {
             qty: 1,
             codes,
             key: None,
+            answered: std::time::Instant::now(),
         });
     }
     settle_url(&client).await;
@@ -119,9 +120,16 @@ async fn the_drain_waits_for_expiries_a_stalled_worker_has_not_applied() {
     // The gate expires all five; the transitions wait in the stream.
     super::nothing_pending(&client, "d").await;
     let quick = Duration::from_millis(50);
-    let stale = drain::wait(&client, "d", &wins, Duration::from_secs(2), quick)
-        .await
-        .unwrap();
+    let stale = drain::wait(
+        &client,
+        std::slice::from_ref(&client),
+        "d",
+        &wins,
+        Duration::from_secs(2),
+        quick,
+    )
+    .await
+    .unwrap();
     assert!(
         !stale.settled,
         "a ledger with overdue pending orders drained"
@@ -129,9 +137,16 @@ async fn the_drain_waits_for_expiries_a_stalled_worker_has_not_applied() {
     assert!(stale.orders.iter().all(|o| o.state == OrderState::Pending));
 
     let _worker = Seckill::worker(&urls, &postgres, &[]);
-    let drained = drain::wait(&client, "d", &wins, Duration::from_secs(30), quick)
-        .await
-        .unwrap();
+    let drained = drain::wait(
+        &client,
+        std::slice::from_ref(&client),
+        "d",
+        &wins,
+        Duration::from_secs(30),
+        quick,
+    )
+    .await
+    .unwrap();
     assert!(drained.settled);
     assert!(drained
         .orders

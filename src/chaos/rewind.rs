@@ -1,0 +1,158 @@
+//! The nemesis that sends Redis back in time: a snapshot taken during the storm, and later
+//! redis-server killed -9 and started from that snapshot, with the worker (a consumer holding
+//! entries it read but has not acknowledged) killed at the same moment. PostgreSQL is stalled
+//! (SIGSTOP) for the last moment before the kill and until just after the restore, so the
+//! consumers do hold entries then: the worker's die with it, instance 1's consumer survives
+//! and writes what it read from the Redis that no longer exists.
+//!
+//! This is what an operator's restore from last night's backup does, or a managed Redis that
+//! fails over to a node restored from an older RDB: every decision after the snapshot is gone
+//! from the gate — wins, their stream entries, Idempotency-Key answers, order numbers —
+//! while PostgreSQL and a consumer still alive (instance 1's) keep what they already had.
+//! The promise under that fault (docs/PROTOCOL.md): the gate is fenced and rebuilt from the
+//! ledger before it sells again, so nothing is oversold, no code or order number goes to two
+//! live orders, no buyer exceeds the limit; what cannot be kept is a `won` answered after the
+//! snapshot, which is lost with it, or refused by the ledger and recorded in `failed_orders`
+//! when a consumer writes an older decision for the same unit later. The checker
+//! ([`super::excuse`]) excuses exactly those and nothing else.
+//!
+//! The snapshot is the real thing: `BGSAVE`'s RDB file, installed as the base of an AOF
+//! directory of its own (`appendonly.aof.1.base.rdb` and its manifest), because a Redis with
+//! `appendonly yes` ignores a bare `dump.rdb` and starts empty.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::cluster::Cluster;
+use super::schedule::Target;
+
+/// When the snapshot was asked for and when the Redis that had everything after it was
+/// killed: a `won` answered between the two may be lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: Instant,
+    pub to: Instant,
+}
+
+/// Takes a snapshot now, waits `hold`, then restores it with the worker killed alongside;
+/// returns the window of lost decisions and a note for the report.
+pub async fn run(cluster: &Cluster, hold: Duration) -> anyhow::Result<(Window, String)> {
+    let dir = cluster.dir().join("redis");
+    let saved = dir.join("rewind-snapshot.rdb");
+    let from = {
+        let _redis = cluster.slot(Target::Redis).lock().await;
+        let from = Instant::now();
+        snapshot(cluster.redis_port, &dir, &saved).await?;
+        from
+    };
+    // PostgreSQL stalls for the last moment before the kill, so both consumers hold entries
+    // they read and could not write yet: the worker's die with it, instance 1's are written
+    // once PostgreSQL is back, after Redis went back in time.
+    let stall = (hold / 2).min(Duration::from_secs(1));
+    tokio::time::sleep(hold.saturating_sub(stall).saturating_sub(from.elapsed())).await;
+    let mut postgres = cluster.slot(Target::Postgres).lock().await;
+    let postgres = postgres
+        .as_mut()
+        .context("this deployment has no PostgreSQL")?;
+    postgres.freeze();
+    tokio::time::sleep(stall).await;
+    let mut redis = cluster.slot(Target::Redis).lock().await;
+    let mut worker = cluster.slot(Target::Worker).lock().await;
+    let (Some(redis), Some(worker)) = (redis.as_mut(), worker.as_mut()) else {
+        postgres.thaw();
+        anyhow::bail!("this deployment has no single redis-server and worker");
+    };
+    redis.kill().await;
+    worker.kill().await;
+    let to = Instant::now();
+    let restored = async {
+        install(&dir, &saved)?;
+        cluster.start_proc(Target::Redis, redis).await?;
+        anyhow::Ok(to.elapsed())
+    }
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    postgres.thaw();
+    let restored = restored?;
+    cluster.start_proc(Target::Worker, worker).await?;
+    let note = format!(
+        "snapshot {:.2}s before the kill, PostgreSQL stalled for the last {:.2}s, Redis \
+         serving the snapshot {:.2}s after",
+        (to - from).as_secs_f64(),
+        stall.as_secs_f64(),
+        restored.as_secs_f64()
+    );
+    Ok((Window { from, to }, note))
+}
+
+/// `BGSAVE`, waited for, and its file copied to `saved`.
+async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let mut c = client.get_multiplexed_async_connection().await?;
+    let info = |c: &mut redis::aio::MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            let text: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query_async(&mut c)
+                .await?;
+            anyhow::Ok(text)
+        }
+    };
+    let field = |info: &str, name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_owned()
+    };
+    // `rdb_saves` counts snapshots since start (LASTSAVE has one-second steps, and a Redis
+    // that just started reports its start as its last save).
+    let before = field(&info(&mut c).await?, "rdb_saves");
+    // An AOF rewrite in progress makes BGSAVE answer an error; `SCHEDULE` runs it after.
+    let _: String = redis::cmd("BGSAVE")
+        .arg("SCHEDULE")
+        .query_async(&mut c)
+        .await
+        .context("BGSAVE")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = info(&mut c).await?;
+        if field(&now, "rdb_bgsave_in_progress") == "0" && field(&now, "rdb_saves") != before {
+            anyhow::ensure!(
+                field(&now, "rdb_last_bgsave_status") == "ok",
+                "BGSAVE failed: {now}"
+            );
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "BGSAVE took over 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::copy(dir.join("dump.rdb"), saved).context("copying the snapshot")?;
+    Ok(())
+}
+
+/// Replaces the AOF directory with one whose only file is the snapshot.
+fn install(dir: &Path, saved: &Path) -> anyhow::Result<()> {
+    let aof: PathBuf = dir.join("appendonlydir");
+    if aof.exists() {
+        std::fs::remove_dir_all(&aof)?;
+    }
+    std::fs::create_dir_all(&aof)?;
+    std::fs::copy(saved, aof.join("appendonly.aof.1.base.rdb"))?;
+    std::fs::write(
+        aof.join("appendonly.aof.manifest"),
+        "file appendonly.aof.1.base.rdb seq 1 type b\n",
+    )?;
+    // A Redis restarted as another user (as root the chaos drops privileges) must own them.
+    if let Ok(meta) = std::fs::metadata(dir) {
+        use std::os::unix::fs::MetadataExt;
+        for entry in std::fs::read_dir(&aof)? {
+            std::os::unix::fs::chown(entry?.path(), Some(meta.uid()), Some(meta.gid()))?;
+        }
+        std::os::unix::fs::chown(&aof, Some(meta.uid()), Some(meta.gid()))?;
+    }
+    Ok(())
+}
