@@ -195,8 +195,8 @@ pub async fn wait_resolved(client: &Client, campaign: &str, hold: Hold) -> anyho
 /// The holds contract over the final orders (see the module docs). `last_sold_out`: when the
 /// last qty-1 claim answered `sold_out` was sent, if after the last restock and cancel were
 /// answered. Such a claim sent a second or more after an expiry was resolved was decided after
-/// it, on an empty stock, so the expired units had been sold again: the campaign must have
-/// more orders than units.
+/// it, on an empty stock, so the expired units had been sold again: the campaign's orders,
+/// whatever their state, must hold more units than it has.
 pub fn check(
     orders: &[Order],
     pay: &Payments,
@@ -256,12 +256,17 @@ pub fn check(
             bad(format!("order {id} answered 409 but is confirmed"), id);
         }
     }
-    if early_expiry && orders.len() as u64 <= total {
+    // Orders are never deleted: once every unit was sold with an expired one among them sold
+    // again, the orders of every state hold more units than the campaign has. (Counting
+    // orders instead of their units was wrong where a claim may take two units.)
+    let units: u64 = orders.iter().map(|o| o.qty).sum();
+    if early_expiry && units <= total {
         out.push(Violation {
             invariant: Invariant::HoldBroken,
             message: format!(
-                "units expired and a claim sent a second later was answered sold_out, yet only \
-                 {} orders exist for {total} units: the returned units were not sold again",
+                "units expired and a claim sent a second later was answered sold_out, yet the \
+                 {} orders of every state hold only {units} units of {total}: the returned \
+                 units were not sold again",
                 orders.len()
             ),
             orders: vec![],
@@ -275,4 +280,60 @@ pub fn check(
         expired,
     };
     (out, summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeDelta, Utc};
+
+    fn order(n: u64, qty: u64, state: OrderState) -> Order {
+        let pay_by = Utc::now() - TimeDelta::seconds(20);
+        Order {
+            order_id: format!("c-{n}"),
+            campaign_id: "c".into(),
+            user_id: format!("u{n}"),
+            qty,
+            codes: None,
+            state,
+            created_at: pay_by - TimeDelta::seconds(4),
+            cancelled_at: None,
+            pay_by: Some(pay_by),
+            resolved_at: Some(if state == OrderState::Expired {
+                pay_by
+            } else {
+                pay_by - TimeDelta::seconds(1)
+            }),
+        }
+    }
+
+    fn early_expiry_flagged(orders: &[Order], total: u64) -> bool {
+        let mut pay = Payments::default();
+        for o in orders.iter().filter(|o| o.state == OrderState::Confirmed) {
+            pay.confirmed.insert(o.order_id.clone());
+        }
+        let sold_out = Some(Utc::now());
+        let (found, _) = check(orders, &pay, sold_out, total);
+        found.iter().any(|v| v.message.contains("not sold again"))
+    }
+
+    /// Sold out after an expiry: the orders of every state must hold more units than the
+    /// campaign — counted in units, since one order may hold two.
+    #[test]
+    fn an_expired_unit_sold_again_is_counted_in_units() {
+        // 5 units: an order of 2 expired and its units sold again: 6 units in 3 orders (the
+        // old count, 3 orders ≤ 5 units, called this under-sold).
+        let resold = [
+            order(1, 2, OrderState::Expired),
+            order(2, 2, OrderState::Confirmed),
+            order(3, 2, OrderState::Confirmed),
+        ];
+        assert!(!early_expiry_flagged(&resold, 5));
+        // The expired units never sold again: 2 + 2 = 4 units of 5.
+        let unsold = [
+            order(1, 2, OrderState::Expired),
+            order(2, 2, OrderState::Confirmed),
+        ];
+        assert!(early_expiry_flagged(&unsold, 5));
+    }
 }
