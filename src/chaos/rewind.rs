@@ -27,6 +27,7 @@ use anyhow::Context;
 
 use super::cluster::Cluster;
 use super::schedule::Target;
+use crate::engine::redis::info_field;
 
 /// When the snapshot was asked for and when the Redis that had everything after it was
 /// killed: a `won` answered between the two may be lost.
@@ -91,26 +92,10 @@ pub async fn run(cluster: &Cluster, hold: Duration) -> anyhow::Result<(Window, S
 async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
     let mut c = client.get_multiplexed_async_connection().await?;
-    let info = |c: &mut redis::aio::MultiplexedConnection| {
-        let mut c = c.clone();
-        async move {
-            let text: String = redis::cmd("INFO")
-                .arg("persistence")
-                .query_async(&mut c)
-                .await?;
-            anyhow::Ok(text)
-        }
-    };
-    let field = |info: &str, name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-            .unwrap_or("")
-            .to_owned()
-    };
+    let field = |info: &str, name: &str| info_field(info, name).unwrap_or("").to_owned();
     // `rdb_saves` counts snapshots since start (LASTSAVE has one-second steps, and a Redis
     // that just started reports its start as its last save).
-    let before = field(&info(&mut c).await?, "rdb_saves");
+    let before = field(&persistence(&mut c).await?, "rdb_saves");
     // An AOF rewrite in progress makes BGSAVE answer an error; `SCHEDULE` runs it after.
     let _: String = redis::cmd("BGSAVE")
         .arg("SCHEDULE")
@@ -119,7 +104,7 @@ async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
         .context("BGSAVE")?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let now = info(&mut c).await?;
+        let now = persistence(&mut c).await?;
         if field(&now, "rdb_bgsave_in_progress") == "0" && field(&now, "rdb_saves") != before {
             anyhow::ensure!(
                 field(&now, "rdb_last_bgsave_status") == "ok",
@@ -132,6 +117,11 @@ async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
     }
     std::fs::copy(dir.join("dump.rdb"), saved).context("copying the snapshot")?;
     Ok(())
+}
+
+/// `INFO persistence`.
+async fn persistence(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<String> {
+    Ok(redis::cmd("INFO").arg("persistence").query_async(c).await?)
 }
 
 /// Replaces the AOF directory with one whose only file is the snapshot.

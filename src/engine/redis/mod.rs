@@ -54,7 +54,7 @@ pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
 pub use refuse::DEPENDENCY_GRACE;
 pub use scripts::{Claimed, Scripts};
-pub use settings::Watch as RedisSettings;
+pub use settings::{info_field, Watch as RedisSettings};
 pub use startup::RECONCILE_JOB;
 pub use stock::StockKeeper;
 

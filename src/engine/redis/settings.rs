@@ -97,11 +97,7 @@ pub async fn read(conn: &RedisConn) -> Settings {
         .arg("persistence")
         .query_async(&mut c)
         .await;
-    let field = |text: &str, key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
-    };
+    let field = |text: &str, key: &str| info_field(text, key).map(str::to_owned);
     match (memory, persistence) {
         (Err(_), Err(_)) => Settings {
             source: "unknown",
@@ -247,6 +243,13 @@ pub async fn recheck_loop(conn: RedisConn, watch: std::sync::Weak<Watch>) -> any
             None => tokio::time::sleep(RECHECK).await,
         }
     }
+}
+
+/// The value of `key` in an `INFO` reply (`key:value` lines), trimmed.
+pub fn info_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 #[cfg(test)]
