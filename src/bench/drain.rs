@@ -61,8 +61,8 @@ fn overdue_pending(orders: &[Order]) -> usize {
 /// every instance: scale-out's `pipeline_lag` (won orders not yet in the ledger) and
 /// `gate_behind` (campaigns whose admin change the ledger saved and the gate has yet to take)
 /// from `GET /healthz`; 0 where the deployment has neither (embedded). `None` when an instance
-/// does not answer 200: a deployment that cannot say is not drained (an unreadable health used
-/// to count as an empty stream).
+/// does not answer 200, or a scale-out instance answers without either figure: a deployment
+/// that cannot say is not drained (an unreadable health used to count as an empty stream).
 async fn backlog(instances: &[Client]) -> Option<u64> {
     let mut total = 0;
     for client in instances {
@@ -76,8 +76,15 @@ async fn backlog(instances: &[Client]) -> Option<u64> {
             return None;
         }
         let body: serde_json::Value = resp.json().await.ok()?;
-        total += body["pipeline_lag"].as_u64().unwrap_or(0);
-        total += body["gate_behind"].as_u64().unwrap_or(0);
+        // A scale-out instance (it reports its Redis) that could not read its lag cannot say.
+        let scale_out = body.get("redis_settings").is_some() || body.get("gate_behind").is_some();
+        for field in ["pipeline_lag", "gate_behind"] {
+            match body[field].as_u64() {
+                Some(n) => total += n,
+                None if scale_out => return None,
+                None => {}
+            }
+        }
     }
     Some(total)
 }

@@ -27,8 +27,8 @@ use crate::domain::{Order, OrderPage, OrderState};
 #[derive(Debug, Default)]
 pub struct Payments {
     pub confirmed: HashSet<String>,
-    /// When the (first) 200 of each confirmed order arrived.
-    pub confirmed_at: HashMap<String, Instant>,
+    /// When the first and the last 200 of each confirmed order arrived.
+    pub confirmed_at: HashMap<String, (Instant, Instant)>,
     pub refused: HashSet<String>,
     /// Confirm attempts that got neither 200 nor 409 (transport errors, 503).
     pub failed: u64,
@@ -161,9 +161,11 @@ async fn confirm(client: &Client, id: &str, p: &Mutex<Payments>) {
             Ok((s, _)) if s.as_u16() == 200 => {
                 let mut p = p.lock();
                 p.confirmed.insert(id.to_owned());
+                let now = Instant::now();
                 p.confirmed_at
                     .entry(id.to_owned())
-                    .or_insert_with(Instant::now);
+                    .and_modify(|(_, last)| *last = now)
+                    .or_insert((now, now));
                 return;
             }
             Ok((s, _)) if s.as_u16() == 409 => {
@@ -209,6 +211,7 @@ pub fn check(
             invariant: Invariant::HoldBroken,
             message,
             orders: vec![id.to_owned()],
+            key: None,
         })
     };
     let (mut confirmed, mut expired, mut early_expiry) = (0, 0, false);
@@ -270,6 +273,7 @@ pub fn check(
                 orders.len()
             ),
             orders: vec![],
+            key: None,
         });
     }
     let summary = HoldsSummary {

@@ -99,6 +99,7 @@ pub async fn bad_input(client: &Client, campaign: &str) -> anyhow::Result<Vec<Vi
                 accepted.join("; ")
             ),
             orders: vec![],
+            key: None,
         });
     }
     if before != after {
@@ -115,6 +116,7 @@ pub async fn bad_input(client: &Client, campaign: &str) -> anyhow::Result<Vec<Vi
                 after.status.as_str()
             ),
             orders: vec![],
+            key: None,
         });
     }
     Ok(out)

@@ -7,6 +7,7 @@
 //! from the orders, and every `won` is matched to its order by id.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -74,6 +75,9 @@ pub struct Violation {
     pub message: String,
     /// The offending order ids.
     pub orders: Vec<String>,
+    /// Invariant 6: the (user, Idempotency-Key) whose answers differ.
+    #[serde(skip)]
+    pub key: Option<(String, String)>,
 }
 
 fn violation(invariant: Invariant, message: String, orders: Vec<String>) -> Violation {
@@ -81,6 +85,7 @@ fn violation(invariant: Invariant, message: String, orders: Vec<String>) -> Viol
         invariant,
         message,
         orders,
+        key: None,
     }
 }
 
@@ -309,29 +314,45 @@ const KEPT_REJECTIONS_PER_CAMPAIGN: usize = crate::config::KEPT_REJECTIONS_PER_C
 /// A `won` answer is kept for a day, so no answer to a retry sent after it arrived may differ,
 /// and no key may win two orders. Answers that changed nothing are kept only within the
 /// server's caps (docs/API.md), so beyond a cap a rejection's retry is decided afresh and may
-/// win; any two different answers under one key count only when the run cannot have reached
-/// a cap: the user had fewer rejected keys than the per-user cap and the campaign fewer than
-/// the per-campaign cap (checked against the server's defaults; a server run with lower caps
-/// can show more).
-fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
+/// win; any two different answers under one key count only when the server cannot have
+/// reached a cap when it decided the key's first rejection: fewer of the user's keys than the
+/// per-user cap, and fewer of the campaign's than the per-campaign cap, had a first rejection
+/// sent before that one's answer arrived (an upper bound on what the server had kept by then;
+/// checked against the server's defaults, so a server run with lower caps can show more).
+pub fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<(&str, &str), Vec<&Keyed>> = BTreeMap::new();
     for k in keyed {
         by_key.entry((&k.user, &k.key)).or_default().push(k);
     }
-    let mut rejected_keys: HashMap<&str, usize> = HashMap::new();
+    // Each key's first rejection, as (sent, answered); the sends per user and in all, sorted.
+    let first_rejection = |answers: &[&Keyed]| {
+        answers
+            .iter()
+            .filter(|a| a.outcome != Outcome::Won)
+            .map(|a| (a.sent, a.answered))
+            .min()
+    };
+    let mut sends_of: HashMap<&str, Vec<Instant>> = HashMap::new();
+    let mut sends: Vec<Instant> = Vec::new();
     for ((user, _), answers) in &by_key {
-        if answers.iter().any(|a| a.outcome != Outcome::Won) {
-            *rejected_keys.entry(user).or_default() += 1;
+        if let Some((sent, _)) = first_rejection(answers) {
+            sends_of.entry(user).or_default().push(sent);
+            sends.push(sent);
         }
     }
-    let campaign_capped = rejected_keys.values().sum::<usize>() >= KEPT_REJECTIONS_PER_CAMPAIGN;
+    sends.sort_unstable();
+    sends_of.values_mut().for_each(|v| v.sort_unstable());
+    // Keys (this one included) whose first rejection was sent before `at`.
+    let before = |sorted: &[Instant], at: Instant| sorted.partition_point(|s| *s < at);
     for ((user, key), answers) in by_key {
         let distinct: HashSet<(&str, Option<&str>)> = answers
             .iter()
             .map(|a| (a.outcome.as_str(), a.order_id.as_deref()))
             .collect();
-        let capped = campaign_capped
-            || rejected_keys.get(user).copied().unwrap_or(0) >= KEPT_REJECTIONS_PER_USER;
+        let capped = first_rejection(&answers).is_some_and(|(_, answered)| {
+            before(&sends_of[user], answered) > KEPT_REJECTIONS_PER_USER
+                || before(&sends, answered) > KEPT_REJECTIONS_PER_CAMPAIGN
+        });
         let won: Vec<&&Keyed> = answers
             .iter()
             .filter(|a| a.outcome == Outcome::Won)
@@ -356,14 +377,17 @@ fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
                 })
                 .collect();
             seen.sort();
-            out.push(violation(
-                Invariant::IdempotencyBroken,
-                format!(
-                    "user {user} retried key {key:?} and got different answers: {}",
-                    seen.join(" / ")
-                ),
-                orders,
-            ));
+            out.push(Violation {
+                key: Some((user.to_owned(), key.to_owned())),
+                ..violation(
+                    Invariant::IdempotencyBroken,
+                    format!(
+                        "user {user} retried key {key:?} and got different answers: {}",
+                        seen.join(" / ")
+                    ),
+                    orders,
+                )
+            });
         }
     }
 }

@@ -236,8 +236,11 @@ impl Resource {
 }
 
 /// The history held to the promises of `docs/LOCKS.md` (see the module docs); `exclusive`:
-/// the deployment promises that no lease is granted while another runs.
-pub fn check(h: &History, exclusive: bool) -> Vec<Finding> {
+/// the deployment promises that no lease is granted while another runs. `restored`: the
+/// windows of snapshot restores, which may forget a lease alive during them (its grant or an
+/// extension decided after the snapshot): such a lease is not held exclusive, every other is.
+pub fn check(h: &History, exclusive: bool, restored: &[super::rewind::Window]) -> Vec<Finding> {
+    let forgotten = |g: &Grant| restored.iter().any(|w| g.sent <= w.to && g.end >= w.from);
     let mut out = Vec::new();
     let mut by_name: HashMap<&str, Vec<&Grant>> = HashMap::new();
     for g in &h.grants {
@@ -262,7 +265,10 @@ pub fn check(h: &History, exclusive: bool) -> Vec<Finding> {
                     // answered) and answered before a's lease surely ended; and the other way
                     // round by the order of the requests alone.
                     for (x, y, by_fence) in [(a, b, true), (b, a, false)] {
-                        if (by_fence || y.sent >= x.answered) && y.answered + SLACK < x.end {
+                        if (by_fence || y.sent >= x.answered)
+                            && y.answered + SLACK < x.end
+                            && !forgotten(x)
+                        {
                             out.push(lock_finding(format!(
                                 "lock {name}: fence {} granted {:.0} ms before the lease of \
                                  fence {} could have ended",

@@ -250,7 +250,8 @@ async fn one(
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
-    let windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
+    let mut windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
+    rewind::widen(&mut windows, &applied, start);
     let excused = match excuse::Excused::read(&report, &cluster, &windows).await {
         Ok(e) => e,
         Err(e) => anyhow::bail!("reading what the snapshot restore took back: {e:#}"),
@@ -263,7 +264,7 @@ async fn one(
             excused.lost,
             excused.refused,
             excused.confirms_lost,
-            excused.wins.len(),
+            excused.in_window,
             excused.confirms.len()
         );
         totals.lost_to_rewind += excused.lost as u64;
@@ -275,9 +276,8 @@ async fn one(
         // A promoted replica may not know a lease (docs/LOCKS.md), nor may a Redis that
         // fsyncs once a second after a kill -9, nor one restored from an older snapshot.
         let exclusive = !applied.iter().any(|a| a.failed_over == Some(true))
-            && opts.appendfsync == Fsync::Always
-            && windows.is_empty();
-        findings.extend(locks::check(h, exclusive));
+            && opts.appendfsync == Fsync::Always;
+        findings.extend(locks::check(h, exclusive, &windows));
         println!(
             "  locks: {} grants, {} extends, {} releases, {} fenced writes ({} stale refused), {} calls unanswered",
             h.grants.len(),

@@ -29,12 +29,21 @@ use super::cluster::Cluster;
 use super::schedule::Target;
 use crate::engine::redis::info_field;
 
-/// When the snapshot was asked for and when the Redis that had everything after it was
-/// killed: a `won` answered between the two may be lost.
+/// The span in which a restore may take decisions back: from just before the snapshot's fork
+/// to the moment the restored Redis served (an answer the killed Redis decided reaches the
+/// bench before that, unless another fault held it: [`widen`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Window {
     pub from: Instant,
+    /// `from` as wall-clock time, to compare with the ledger's timestamps (`failed_orders.at`).
+    pub from_wall: std::time::SystemTime,
     pub to: Instant,
+}
+
+impl Window {
+    pub fn contains(&self, at: Instant) -> bool {
+        self.from <= at && at <= self.to
+    }
 }
 
 /// Takes a snapshot now, waits `hold`, then restores it with the worker killed alongside;
@@ -42,67 +51,105 @@ pub struct Window {
 pub async fn run(cluster: &Cluster, hold: Duration) -> anyhow::Result<(Window, String)> {
     let dir = cluster.dir().join("redis");
     let saved = dir.join("rewind-snapshot.rdb");
-    let from = {
+    let (from, from_wall) = {
         let _redis = cluster.slot(Target::Redis).lock().await;
-        let from = Instant::now();
-        snapshot(cluster.redis_port, &dir, &saved).await?;
-        from
+        snapshot(cluster.redis_port, &dir, &saved).await?
     };
     // PostgreSQL stalls for the last moment before the kill, so both consumers hold entries
     // they read and could not write yet: the worker's die with it, instance 1's are written
-    // once PostgreSQL is back, after Redis went back in time.
+    // once PostgreSQL is back, after Redis went back in time. Every lock is taken before the
+    // stall begins, so another fault still holding one cannot stretch it.
     let stall = (hold / 2).min(Duration::from_secs(1));
     tokio::time::sleep(hold.saturating_sub(stall).saturating_sub(from.elapsed())).await;
-    let mut postgres = cluster.slot(Target::Postgres).lock().await;
-    let postgres = postgres
-        .as_mut()
-        .context("this deployment has no PostgreSQL")?;
-    postgres.freeze();
-    tokio::time::sleep(stall).await;
     let mut redis = cluster.slot(Target::Redis).lock().await;
     let mut worker = cluster.slot(Target::Worker).lock().await;
-    let (Some(redis), Some(worker)) = (redis.as_mut(), worker.as_mut()) else {
-        postgres.thaw();
-        anyhow::bail!("this deployment has no single redis-server and worker");
+    let mut postgres = cluster.slot(Target::Postgres).lock().await;
+    let (Some(redis), Some(worker), Some(postgres)) =
+        (redis.as_mut(), worker.as_mut(), postgres.as_mut())
+    else {
+        anyhow::bail!("this deployment has no single redis-server, worker and PostgreSQL");
     };
+    postgres.freeze();
+    tokio::time::sleep(stall).await;
     redis.kill().await;
     worker.kill().await;
-    let to = Instant::now();
+    let killed = Instant::now();
     let restored = async {
         install(&dir, &saved)?;
         cluster.start_proc(Target::Redis, redis).await?;
-        anyhow::Ok(to.elapsed())
+        anyhow::Ok(Instant::now())
     }
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     postgres.thaw();
-    let restored = restored?;
+    let to = restored?;
     cluster.start_proc(Target::Worker, worker).await?;
     let note = format!(
         "snapshot {:.2}s before the kill, PostgreSQL stalled for the last {:.2}s, Redis \
          serving the snapshot {:.2}s after",
-        (to - from).as_secs_f64(),
+        (killed - from).as_secs_f64(),
         stall.as_secs_f64(),
-        restored.as_secs_f64()
+        (to - killed).as_secs_f64()
     );
-    Ok((Window { from, to }, note))
+    Ok((
+        Window {
+            from,
+            from_wall,
+            to,
+        },
+        note,
+    ))
 }
 
-/// `BGSAVE`, waited for, and its file copied to `saved`.
-async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
+/// Extends each window to the end of any fault that could hold back an answer the killed
+/// Redis had already decided: an instance frozen, or the link between instance 0 and Redis
+/// slowed, cut or dropping, at any moment of the window. `start`: when the storm began (the
+/// faults' times count from it).
+pub fn widen(windows: &mut [Window], applied: &[super::nemesis::Applied], start: Instant) {
+    use super::schedule::Kind;
+    for w in windows.iter_mut() {
+        for a in applied {
+            let (Some(inj), Some(healed)) = (a.injected_s, a.healed_s) else {
+                continue;
+            };
+            let holds_answers = matches!(a.fault.target, Target::Instance(_) | Target::Link)
+                && a.fault.kind != Kind::Kill;
+            let (inj, healed) = (
+                start + Duration::from_secs_f64(inj),
+                start + Duration::from_secs_f64(healed),
+            );
+            if holds_answers && inj <= w.to && healed >= w.from {
+                w.to = w.to.max(healed);
+            }
+        }
+    }
+}
+
+/// `BGSAVE`, waited for, and its file copied to `saved`; returns the moment just before the
+/// `BGSAVE` that forked (every decision answered before it is in the snapshot).
+async fn snapshot(
+    port: u16,
+    dir: &Path,
+    saved: &Path,
+) -> anyhow::Result<(Instant, std::time::SystemTime)> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
     let mut c = client.get_multiplexed_async_connection().await?;
     let field = |info: &str, name: &str| info_field(info, name).unwrap_or("").to_owned();
     // `rdb_saves` counts snapshots since start (LASTSAVE has one-second steps, and a Redis
     // that just started reports its start as its last save).
     let before = field(&persistence(&mut c).await?, "rdb_saves");
-    // An AOF rewrite in progress makes BGSAVE answer an error; `SCHEDULE` runs it after.
-    let _: String = redis::cmd("BGSAVE")
-        .arg("SCHEDULE")
-        .query_async(&mut c)
-        .await
-        .context("BGSAVE")?;
     let deadline = Instant::now() + Duration::from_secs(30);
+    // A plain BGSAVE forks at once or answers an error (an AOF rewrite or another save in
+    // progress), retried; `BGSAVE SCHEDULE` would fork at an unknown later moment, and the
+    // window would start too early.
+    let from = loop {
+        let (from, wall) = (Instant::now(), std::time::SystemTime::now());
+        match redis::cmd("BGSAVE").query_async::<String>(&mut c).await {
+            Ok(_) => break (from, wall),
+            Err(e) => anyhow::ensure!(Instant::now() < deadline, "BGSAVE refused for 30 s: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     loop {
         let now = persistence(&mut c).await?;
         if field(&now, "rdb_bgsave_in_progress") == "0" && field(&now, "rdb_saves") != before {
@@ -116,7 +163,7 @@ async fn snapshot(port: u16, dir: &Path, saved: &Path) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     std::fs::copy(dir.join("dump.rdb"), saved).context("copying the snapshot")?;
-    Ok(())
+    Ok(from)
 }
 
 /// `INFO persistence`.

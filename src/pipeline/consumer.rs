@@ -92,6 +92,15 @@ fn refused_metric(reason: &'static str) {
 
 pub use reclaim::RECLAIM_JOB;
 
+/// The `failed_orders.reason` of a buyer told `won` for an order id the ledger already holds
+/// for another order (Redis lost acknowledged writes and issued the id again).
+pub const REISSUED: &str = "the ledger already holds a different order under this id: Redis \
+                            lost acknowledged writes (restored from an older snapshot, or a \
+                            lagging replica took over)";
+
+/// How a `failed_orders.reason` of an order a ledger rule refused begins.
+pub const LEDGER_RULE: &str = "the ledger refused it (";
+
 impl Consumer {
     /// A consumer on its own Redis connection (`conn` must not be shared with the claim path).
     pub fn new(

@@ -41,8 +41,28 @@ fn differing_rejections_count_only_below_the_servers_caps() {
             keyed.push(self::keyed(user, &format!("k{i}"), Outcome::SoldOut, None));
         }
     }
-    keyed.push(self::keyed("many", "k1", Outcome::OverLimit, None));
+    // Past the cap when its first rejection was decided: not remembered, decided afresh.
+    let past = format!("k{}", KEPT_REJECTIONS_PER_USER + 1);
+    keyed.push(self::keyed("many", &past, Outcome::SoldOut, None));
+    keyed.push(self::keyed("many", &past, Outcome::OverLimit, None));
     assert_eq!(flagged(&keyed), ["few", "won"]);
+}
+
+#[test]
+fn a_rejection_kept_below_the_cap_stays_kept_when_the_user_passes_the_cap_later() {
+    let mut keyed = vec![self::keyed("early", "k0", Outcome::SoldOut, None)];
+    for i in 1..=KEPT_REJECTIONS_PER_USER {
+        keyed.push(self::keyed(
+            "early",
+            &format!("k{i}"),
+            Outcome::SoldOut,
+            None,
+        ));
+    }
+    // k0 was the user's first rejected key, so the server kept it: its retry must replay it,
+    // although by the end of the run the user has more rejected keys than the cap.
+    keyed.push(self::keyed("early", "k0", Outcome::Won, Some("c-1")));
+    assert_eq!(flagged(&keyed), ["early"]);
 }
 
 #[test]

@@ -130,10 +130,7 @@ impl Consumer {
                         campaign_id: entry.campaign_id.clone(),
                         order_id: Some(o.order_id.clone()),
                         payload: entry.payload(),
-                        reason: "the ledger already holds a different order under this id: \
-                                 Redis lost acknowledged writes (restored from an older \
-                                 snapshot, or a lagging replica took over)"
-                            .into(),
+                        reason: super::REISSUED.into(),
                         at: now(),
                     })
                     .await?;

@@ -73,8 +73,10 @@ impl Consumer {
         why: &anyhow::Error,
     ) -> anyhow::Result<()> {
         let order = write.order();
-        let reason =
-            format!("the ledger refused it ({rule}): the gate and the ledger disagree: {why:#}");
+        let reason = format!(
+            "{}{rule}): the gate and the ledger disagree: {why:#}",
+            super::LEDGER_RULE
+        );
         self.fence_and_record(entry, &order.order_id, reason, "ledger_rule")
             .await?;
         tracing::error!(
