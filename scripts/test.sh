@@ -15,6 +15,10 @@ fi
 # The dashboard's browser test drives Debian's headless chromium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# The fault campaign steps the embedded server's wall clock through Debian's libfaketime.
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 \
+    || ls /usr/lib/faketime/libfaketime.so.1 >/dev/null 2>&1 \
+    || need_apt+=(faketime)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing test dependencies: ${need_apt[*]}"
     if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -5,11 +5,62 @@
 //! without sleeping for minutes, so the engine reads the time through a [`Clock`]: the system
 //! clock in production, a [`ManualClock`] (the system clock plus an offset the test moves
 //! forward) in tests. Both truncate to the microseconds the ledgers store.
+//!
+//! The system clock itself is read once per process ([`steady`]) and advanced by the
+//! monotonic clock from then on. A wall clock is stepped — by NTP after a suspend or a VM
+//! migration, by an operator, by minutes at times — and every rule here that reads time would
+//! move with it: a step forward expires every hold at once and drops remembered rejections, a
+//! step back lets a buyer confirm minutes after the `pay_by` they were given. The monotonic
+//! clock is slewed by NTP like the wall clock but never stepped, so deadlines hold in real
+//! time. The price: after a step the process keeps its own time until it restarts;
+//! [`watch_steps`] says so in the log and in `seckill_clock_step_seconds`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
+
+/// Now: the system clock as first read by this process, plus the monotonic time since.
+pub fn steady() -> DateTime<Utc> {
+    static ANCHOR: OnceLock<(Instant, DateTime<Utc>)> = OnceLock::new();
+    let (mono, wall) = *ANCHOR.get_or_init(|| (Instant::now(), Utc::now()));
+    wall + TimeDelta::from_std(mono.elapsed()).unwrap_or(TimeDelta::MAX)
+}
+
+/// How far the system clock reads from [`steady`] (positive: ahead), e.g. after a step.
+pub fn system_step() -> TimeDelta {
+    Utc::now() - steady()
+}
+
+/// A step below this is noise (scheduling between the two reads, NTP slewing the two clocks
+/// apart by microseconds); above it, the log says so.
+const STEP_WORTH_TELLING: TimeDelta = TimeDelta::seconds(1);
+
+/// Starts [`watch_steps`] once per process (servers started in one test process share it).
+pub fn spawn_step_watch() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| drop(tokio::spawn(watch_steps())));
+}
+
+/// Every 5 s: how far the system clock stepped from the time this process keeps, into
+/// `seckill_clock_step_seconds` and, each time it changes by a second or more, a warning.
+pub async fn watch_steps() {
+    let mut told = TimeDelta::zero();
+    loop {
+        let step = system_step();
+        metrics::gauge!(crate::telemetry::catalog::CLOCK_STEP).set(step.as_seconds_f64());
+        if (step - told).abs() >= STEP_WORTH_TELLING {
+            told = step;
+            tracing::warn!(
+                step_seconds = step.as_seconds_f64(),
+                "the system clock stepped from the time seckill keeps; deadlines, holds and \
+                 retention keep running on seckill's time (a restart takes the system's)"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {

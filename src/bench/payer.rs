@@ -7,7 +7,10 @@
 //! [`check`] holds the ledger to the contract: every order ended `confirmed` or `expired`
 //! (once: an order has one state), every 200 is `confirmed` and resolved before `pay_by`,
 //! every unpaid order is `expired` at or after `pay_by`, and units that expired before a
-//! later `sold_out` answer were sold again.
+//! later `sold_out` answer were sold again. The deadline is also held in real time, as the
+//! buyer reads it: no 200 to a confirm sent after `pay_by`, no 409 of an order that expired
+//! received before it, both on this machine's clock (the server's clock stepping must not move
+//! a deadline).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use crate::domain::{Order, OrderPage, OrderState};
 #[derive(Debug, Default)]
 pub struct Payments {
     pub confirmed: HashSet<String>,
-    /// When the first and the last 200 of each confirmed order arrived.
+    /// When the confirm answered 200 was sent and when that answer arrived.
     pub confirmed_at: HashMap<String, (Instant, Instant)>,
     pub refused: HashSet<String>,
     /// Confirm attempts that got neither 200 nor 409 (transport errors, 503).
@@ -35,10 +38,28 @@ pub struct Payments {
     /// Orders one of whose confirm attempts went unanswered or failed: the order may be
     /// confirmed without a 200 having been seen (the attempt may have landed).
     pub uncertain: HashSet<String>,
+    /// Confirms answered 200 although sent after the order's `pay_by` had passed on this
+    /// machine's clock: how late, in ms.
+    pub late_200: HashMap<String, i64>,
+    /// Confirms answered 409 before the order's `pay_by` came on this machine's clock: how
+    /// early, in ms (a fault only if the order ended `expired`: a cancelled one is refused too).
+    pub early_409: HashMap<String, i64>,
 }
+
+/// How far the server's time may read from this process's for the deadline checks: both read
+/// the same machine's clock, the server after the bench sent and before it got the answer.
+const SAME_CLOCK_SLACK_MS: i64 = 100;
 
 /// How [`check`] words an order whose confirm was answered 200 and that expired anyway.
 pub const CONFIRMED_BUT_EXPIRED: &str = "answered confirmed (200) but expired";
+
+/// How [`check`] words a confirm answered 200 though sent after the deadline had passed on
+/// the machine's clock.
+pub const CONFIRMED_LATE: &str = "answered 200 to a confirm sent after its pay_by";
+
+/// How [`check`] words an order that expired and refused a confirm before its deadline came
+/// on the machine's clock.
+pub const EXPIRED_EARLY: &str = "expired, answering 409 to a confirm before its pay_by";
 
 /// What the report shows of a run with holds.
 #[derive(Debug, Clone, Serialize)]
@@ -95,9 +116,10 @@ impl Payer {
                         let at = o.created_at + max_delay.mul_f64(rng.gen::<f64>());
                         let wait = (at - crate::domain::now()).to_std().unwrap_or_default();
                         let (client, p, id) = (client.clone(), p.clone(), o.order_id.clone());
+                        let pay_by = o.pay_by;
                         c.lock().push(tokio::spawn(async move {
                             tokio::time::sleep(wait).await;
-                            confirm(&client, &id, &p).await;
+                            confirm(&client, &id, pay_by, &p).await;
                         }));
                     }
                     if let Some(o) = page.orders.last() {
@@ -150,26 +172,44 @@ async fn page(client: &Client, campaign: &str, after: Option<&str>) -> anyhow::R
 
 /// One payment: a confirm, retried as a shop's payment callback is (at most four attempts,
 /// 300 ms apart) when it is not answered 200 or 409. Confirming a confirmed order answers 200
-/// again, so a retry after an attempt that landed unanswered still tells the truth.
-async fn confirm(client: &Client, id: &str, p: &Mutex<Payments>) {
+/// again, so a retry after an attempt that landed unanswered still tells the truth. Each answer
+/// is also held to `pay_by` on this machine's wall clock (the deadline the buyer was given):
+/// a 200 to a confirm sent after it, or a 409 received before it, is recorded.
+async fn confirm(
+    client: &Client,
+    id: &str,
+    pay_by: Option<chrono::DateTime<chrono::Utc>>,
+    p: &Mutex<Payments>,
+) {
     let path = format!("/v1/orders/{id}/confirm");
+    let wall = chrono::Utc::now;
     for attempt in 0..4 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        let (sent, sent_at) = (wall(), Instant::now());
         match client.admin(reqwest::Method::POST, &path, None).await {
             Ok((s, _)) if s.as_u16() == 200 => {
                 let mut p = p.lock();
+                if let Some(late) = pay_by.map(|d| (sent - d).num_milliseconds()) {
+                    if late > SAME_CLOCK_SLACK_MS {
+                        p.late_200.insert(id.to_owned(), late);
+                    }
+                }
                 p.confirmed.insert(id.to_owned());
-                let now = Instant::now();
                 p.confirmed_at
                     .entry(id.to_owned())
-                    .and_modify(|(_, last)| *last = now)
-                    .or_insert((now, now));
+                    .or_insert((sent_at, Instant::now()));
                 return;
             }
             Ok((s, _)) if s.as_u16() == 409 => {
-                p.lock().refused.insert(id.to_owned());
+                let mut p = p.lock();
+                if let Some(early) = pay_by.map(|d| (d - wall()).num_milliseconds()) {
+                    if early > SAME_CLOCK_SLACK_MS {
+                        p.early_409.insert(id.to_owned(), early);
+                    }
+                }
+                p.refused.insert(id.to_owned());
                 return;
             }
             _ => {
@@ -242,6 +282,12 @@ pub fn check(
                 if pay.confirmed.contains(id) {
                     bad(format!("order {id} {CONFIRMED_BUT_EXPIRED}"), id);
                 }
+                if let Some(ms) = pay.early_409.get(id) {
+                    bad(
+                        format!("order {id} {EXPIRED_EARLY} ({ms} ms before)"),
+                        id,
+                    );
+                }
                 if resolved.is_none_or(|r| r < pay_by) {
                     bad(format!("order {id} expired before its pay_by"), id);
                 }
@@ -254,6 +300,12 @@ pub fn check(
                 format!("order {id} is {} after its deadline", other.as_str()),
                 id,
             ),
+        }
+        if let Some(ms) = pay.late_200.get(id) {
+            bad(
+                format!("order {id} {CONFIRMED_LATE} ({ms} ms after)"),
+                id,
+            );
         }
         if pay.refused.contains(id) && o.state == OrderState::Confirmed {
             bad(format!("order {id} answered 409 but is confirmed"), id);

@@ -134,7 +134,7 @@ pub struct BenchReport {
     /// Held orders a confirm of which was answered 200 (for the same callers).
     #[serde(skip)]
     pub confirmed: std::collections::HashSet<String>,
-    /// When the first and the last 200 of each of those arrived.
+    /// When the confirm answered 200 of each of those was sent and when its answer arrived.
     #[serde(skip)]
     pub confirmed_at: std::collections::HashMap<String, (std::time::Instant, std::time::Instant)>,
     /// When the last qty-1 claim answered `sold_out` was sent.

@@ -93,6 +93,7 @@ pub async fn presell(
                 qty: a.qty.unwrap_or(0),
                 codes: a.codes,
                 key: None,
+                sent: std::time::Instant::now(),
                 answered: std::time::Instant::now(),
             }),
             other => return Ok((wins, i, other == Outcome::SoldOut)),

@@ -32,7 +32,9 @@ pub struct Win {
     pub qty: u64,
     pub codes: Option<Vec<String>>,
     pub key: Option<String>,
-    /// When the answer arrived (the fault campaign excuses wins a Redis restore took back).
+    /// When the claim was sent and its answer arrived (the fault campaign excuses wins a Redis
+    /// restore took back).
+    pub sent: Instant,
     pub answered: Instant,
 }
 
@@ -309,6 +311,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                 qty: answer.qty.unwrap_or(0),
                 codes: answer.codes,
                 key: shot.key,
+                sent,
                 answered: Instant::now(),
             });
         }

@@ -1,7 +1,7 @@
 //! One deployment of seckill on this machine, made of real processes the nemesis can hit.
 //!
 //! - **embedded**: one `seckill serve` (this very binary, `std::env::current_exe`) on a SQLite
-//!   data directory on a 16 MiB tmpfs the nemesis fills up and frees ([`super::disk`]), or,
+//!   data directory on a 256 MiB tmpfs the nemesis fills up and frees ([`super::disk`]), or,
 //!   where mounting is refused, in a temp dir with the `SECKILL_FAULTS` hook
 //!   `disk_full_while` (every batch fails as `SQLITE_FULL` while a flag file exists);
 //! - **scale-out**: redis-server with AOF (`appendfsync always`, or `everysec` to measure that
@@ -64,6 +64,8 @@ pub struct Cluster {
     /// Embedded: while this file exists, every ledger batch ends in a disk I/O error at its
     /// commit (the server's `SECKILL_FAULTS` hook `io_error_while`).
     pub io_error_flag: Option<PathBuf>,
+    /// Embedded, with clock steps: the offset file of the server's libfaketime.
+    pub clock_file: Option<PathBuf>,
     /// Scale-out: the PostgreSQL ledger.
     pub pg_url: Option<String>,
     /// Scale-out: the fault proxy instance 0 reaches Redis through.
@@ -83,6 +85,7 @@ impl Cluster {
         replicas: u8,
         fsync: Fsync,
         wait_replicas: Option<u32>,
+        clock_steps: bool,
     ) -> anyhow::Result<Cluster> {
         let exe = std::env::current_exe().context("the seckill binary's path")?;
         // As root, PostgreSQL runs as `postgres`, which must reach its directory: /tmp is
@@ -99,6 +102,7 @@ impl Cluster {
             sqlite: None,
             disk: None,
             io_error_flag: None,
+            clock_file: None,
             pg_url: None,
             proxy: None,
             sentinel: None,
@@ -134,7 +138,12 @@ impl Cluster {
                 let io_flag = root.join("io-error");
                 let mut faults = vec![format!("io_error_while={}", io_flag.display())];
                 faults.extend(disk.fault_env());
-                let env = vec![token, ("SECKILL_FAULTS".to_owned(), faults.join(","))];
+                let mut env = vec![token, ("SECKILL_FAULTS".to_owned(), faults.join(","))];
+                if clock_steps {
+                    let file = root.join("clock-offset");
+                    env.extend(super::clock::env(&file)?);
+                    c.clock_file = Some(file);
+                }
                 c.io_error_flag = Some(io_flag);
                 c.disk = Some(disk);
                 add(&mut c, Target::Instance(0), base("instance-0", args, env));
@@ -320,6 +329,7 @@ impl Cluster {
                 // starts no process of its own.)
                 Target::Worker
                 | Target::Snapshot
+                | Target::Clock
                 | Target::Disk
                 | Target::Link
                 | Target::Primary

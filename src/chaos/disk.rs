@@ -2,7 +2,7 @@
 //!
 //! A full disk is only tested for real when the filesystem really runs out of space: SQLite
 //! then meets `ENOSPC` in the middle of a WAL append or a checkpoint, wherever it happens to
-//! be. As root, the data directory lives on a small tmpfs of its own (16 MiB) that the fault
+//! be. As root, the data directory lives on a tmpfs of its own (256 MiB) that the fault
 //! fills with a file to the last byte and frees by deleting it. Where mounting is refused
 //! (not root, a container without `CAP_SYS_ADMIN`), the server is started with the
 //! `SECKILL_FAULTS` hook `disk_full_while` instead, which makes every ledger batch fail as
@@ -12,8 +12,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Size of the tmpfs the data directory lives on.
-pub const TMPFS_SIZE: &str = "16m";
+/// Size of the tmpfs the data directory lives on: room for a whole schedule's ledger. A
+/// storm of 600,000 keyed claims keeps 100,000 rejected Idempotency-Keys per campaign (the
+/// default cap), about 12 MB of SQLite; 16 MB filled up without any fault and left the
+/// ledger unable to write for the rest of the schedule. The disk-full fault fills what is
+/// left, whatever the size (RAM, written at memory speed).
+pub const TMPFS_SIZE: &str = "256m";
 
 pub enum DataDisk {
     /// A real tmpfs mounted at `mount`; full while `filler` exists.
@@ -67,7 +71,7 @@ impl DataDisk {
     /// What "disk full" means in this run, for the report.
     pub fn how(&self) -> &'static str {
         match self {
-            DataDisk::Tmpfs { .. } => "a real 16 MiB tmpfs filled with a file",
+            DataDisk::Tmpfs { .. } => "a real 256 MiB tmpfs filled with a file",
             DataDisk::Injected { .. } => {
                 "SQLITE_FULL injected at the ledger writer (mount refused)"
             }

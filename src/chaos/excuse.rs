@@ -7,22 +7,26 @@
 //! by order id alone (a restore issues order ids again, so one id may name a lost win and a
 //! good one):
 //!
-//! - a `won` answered inside the window (from the snapshot's fork until the restored Redis
-//!   served, widened by faults that could hold an answer back): lost with the stream, its
-//!   order number perhaps issued again to another buyer;
+//! - a `won` inside the window (sent before the kill, answered after the snapshot's fork:
+//!   [`Window::contains`]): lost with the stream, its order number perhaps issued again to
+//!   another buyer;
 //! - a `won` answered after the snapshot that the ledger refused for that very buyer, as a
-//!   reissued id or by a ledger rule, in a `failed_orders` row written after the snapshot:
-//!   a consumer still alive wrote the older decision for the same id or unit first.
+//!   reissued id or by a ledger rule on a new order, in a `failed_orders` row written after
+//!   the snapshot and within [`REFUSED_WITHIN`] of the kill: a consumer still alive wrote the
+//!   older decision for the same id or unit first.
 //!
-//! A violation of invariant 4 on an order id is excused only when the answers of that id
-//! that are not excused are clean on their own. Answers to one Idempotency-Key are checked
-//! again without the ones given inside a window (the remembered answer went back in time with
-//! the gate); a confirm answered 200 only inside a window may end expired; a `sold_out` sent
-//! before a restore proves no under-sell (the restore gave units back). Everything excused is
-//! counted and printed; a schedule without a restore excuses nothing.
+//! A violation of invariant 4 on an order id is excused only when no answer of that id came
+//! before the snapshot (the snapshot knows those: their id cannot be issued again) and the
+//! answers that are not excused are clean on their own. Answers to one Idempotency-Key are
+//! checked again without the ones inside a window, unless the key was answered before the
+//! snapshot (the snapshot remembers that answer, so every later one must repeat it); a confirm
+//! answered 200 inside a window may end expired; and an under-sell is excused only when the
+//! last `sold_out` was sent inside a window and a win of it was taken back (the restore gave
+//! units back after it). Everything excused is counted and printed; a schedule without a
+//! restore excuses nothing.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::cluster::Cluster;
 use super::ledger::Row;
@@ -30,6 +34,11 @@ use super::rewind::Window;
 use crate::bench::payer::CONFIRMED_BUT_EXPIRED;
 use crate::bench::verify::{Invariant, Violation};
 use crate::bench::{BenchReport, Win};
+
+/// How long after the kill the ledger may still refuse a win the restore made it disagree
+/// with: until the campaign is fenced and rebuilt, which takes the consumers' reclaim bound at
+/// most (docs/SCALE_OUT.md); a later refusal is not the restore's.
+const REFUSED_WITHIN: Duration = Duration::from_secs(60);
 
 /// The answers a restore may have taken back.
 #[derive(Debug, Default)]
@@ -43,8 +52,10 @@ pub struct Excused {
     /// Held orders every confirm-200 of which came inside a window: the `confirmed` the gate
     /// decided may have gone back with it, and the order expired at its deadline instead.
     pub confirms: HashSet<String>,
-    /// No qty-1 `sold_out` was sent after the last restore served.
-    sold_out_before_restore: bool,
+    /// Order ids and (user, key)s answered before the first snapshot: the snapshot knows them.
+    known_ids: HashSet<String>,
+    /// The last qty-1 `sold_out` was sent inside a window that took a win back.
+    sold_out_in_window: bool,
     /// Wins answered inside a window.
     pub in_window: usize,
     /// Of those: not in the ledger as answered.
@@ -68,8 +79,17 @@ impl Excused {
             return Ok(out);
         };
         out.restored = true;
-        let inside = |at: Instant| windows.iter().any(|w| w.contains(at));
-        let refused = failed_orders(cluster, &report.campaign, first.from_wall).await?;
+        let inside = |sent: Instant, answered: Instant| {
+            windows.iter().any(|w| w.contains(sent, answered))
+        };
+        let killed_wall = first.from_wall + (first.killed - first.from);
+        let refused = failed_orders(
+            cluster,
+            &report.campaign,
+            first.from_wall,
+            killed_wall + REFUSED_WITHIN,
+        )
+        .await?;
         let (rows, _) = super::ledger::read(cluster, &report.campaign).await?;
         for r in rows {
             out.rows.entry(r.order_id.clone()).or_insert(r);
@@ -79,7 +99,10 @@ impl Excused {
                 .rows
                 .get(&w.order_id)
                 .is_some_and(|r| r.user_id == w.user);
-            let excused = if inside(w.answered) {
+            if w.answered < first.from {
+                out.known_ids.insert(w.order_id.clone());
+            }
+            let excused = if inside(w.sent, w.answered) {
                 out.in_window += 1;
                 out.lost += usize::from(!kept);
                 true
@@ -96,10 +119,19 @@ impl Excused {
                 .or_default()
                 .push((w.clone(), excused));
         }
+        let known_keys: HashSet<(&str, &str)> = report
+            .keyed
+            .iter()
+            .filter(|k| k.answered < first.from)
+            .map(|k| (k.user.as_str(), k.key.as_str()))
+            .collect();
         let outside: Vec<_> = report
             .keyed
             .iter()
-            .filter(|k| !inside(k.answered))
+            .filter(|k| {
+                known_keys.contains(&(k.user.as_str(), k.key.as_str()))
+                    || !inside(k.sent, k.answered)
+            })
             .cloned()
             .collect();
         let mut again = Vec::new();
@@ -108,7 +140,7 @@ impl Excused {
         out.confirms = report
             .confirmed_at
             .iter()
-            .filter(|(_, (first, last))| inside(*first) && inside(*last))
+            .filter(|(_, (sent, answered))| inside(*sent, *answered))
             .map(|(id, _)| id.clone())
             .collect();
         out.confirms_lost = out
@@ -116,8 +148,10 @@ impl Excused {
             .iter()
             .filter(|id| out.rows.get(*id).is_none_or(|r| r.state != "confirmed"))
             .count();
-        let last_served = windows.iter().map(|w| w.to).max().unwrap_or(first.to);
-        out.sold_out_before_restore = report.last_sold_out_sent.is_none_or(|s| s < last_served);
+        out.sold_out_in_window = out.lost > 0
+            && report
+                .last_sold_out_sent
+                .is_some_and(|s| windows.iter().any(|w| w.from <= s && s <= w.killed));
         Ok(out)
     }
 
@@ -126,8 +160,13 @@ impl Excused {
         if !self.restored {
             return false;
         }
-        let every =
-            |f: &dyn Fn(&str) -> bool| !v.orders.is_empty() && v.orders.iter().all(|o| f(o));
+        // Never an id the snapshot knew.
+        let every = |f: &dyn Fn(&str) -> bool| {
+            !v.orders.is_empty()
+                && v.orders
+                    .iter()
+                    .all(|o| !self.known_ids.contains(o) && f(o))
+        };
         match v.invariant {
             Invariant::WonMissing => every(&|o| self.kept_answers(o).is_empty()),
             Invariant::WonAnsweredTwice => every(&|o| {
@@ -161,8 +200,8 @@ impl Excused {
             }
             // A restore gives back the units of the wins it took back: a supply change the
             // bench cannot see. Only a `sold_out` sent after it proves every unit sold.
-            Invariant::UnderSold => self.sold_out_before_restore,
-            Invariant::HoldBroken if v.orders.is_empty() => self.sold_out_before_restore,
+            Invariant::UnderSold => self.sold_out_in_window,
+            Invariant::HoldBroken if v.orders.is_empty() => self.sold_out_in_window,
             _ => false,
         }
     }
@@ -202,28 +241,32 @@ fn codes(r: &Row) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// (order id, buyer) of the wins the ledger refused for the campaign after `since`, as a
-/// reissued id or by a ledger rule (scale-out's `failed_orders`; a poison entry or a
-/// contradiction is never excused).
+/// (order id, buyer) of the new orders the ledger refused for the campaign between `since`
+/// and `until`, as a reissued id or by a ledger rule (scale-out's `failed_orders`; a poison
+/// entry, a contradiction or a refused transition is never excused).
 async fn failed_orders(
     cluster: &Cluster,
     campaign: &str,
     since: SystemTime,
+    until: SystemTime,
 ) -> anyhow::Result<HashSet<(String, String)>> {
     use sqlx::Connection;
     let Some(url) = cluster.pg_url.as_deref() else {
         return Ok(HashSet::new());
     };
-    let since = since
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0);
+    let micros = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0)
+    };
     let mut c = sqlx::PgConnection::connect(url).await?;
     let rows: Vec<(Option<String>, String, String)> = sqlx::query_as(
-        "SELECT order_id, payload, reason FROM failed_orders WHERE campaign_id = $1 AND at >= $2",
+        "SELECT order_id, payload, reason FROM failed_orders \
+         WHERE campaign_id = $1 AND at >= $2 AND at <= $3",
     )
     .bind(campaign)
-    .bind(since)
+    .bind(micros(since))
+    .bind(micros(until))
     .fetch_all(&mut c)
     .await?;
     Ok(rows
@@ -232,11 +275,12 @@ async fn failed_orders(
             reason == crate::pipeline::REISSUED || reason.starts_with(crate::pipeline::LEDGER_RULE)
         })
         .filter_map(|(id, payload, _)| {
-            let user = serde_json::from_str::<serde_json::Value>(&payload)
-                .ok()?
-                .get("user")?
-                .as_str()?
-                .to_owned();
+            let fields = serde_json::from_str::<serde_json::Value>(&payload).ok()?;
+            // A transition's entry carries `kind`: not a new order, never excused.
+            if fields.get("kind").is_some() {
+                return None;
+            }
+            let user = fields.get("user")?.as_str()?.to_owned();
             Some((id?, user))
         })
         .collect())

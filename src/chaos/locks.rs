@@ -40,6 +40,8 @@ pub struct Grant {
     pub answered: Instant,
     /// The latest moment the lease surely ran until (see the module docs).
     pub end: Instant,
+    /// The extends answered, as (sent, answered).
+    pub extended: Vec<(Instant, Instant)>,
 }
 
 /// One fenced write answered by the resource.
@@ -155,6 +157,7 @@ impl ClientRun {
                 sent,
                 answered,
                 end,
+                extended: Vec::new(),
             });
             h.grants.len() - 1
         };
@@ -166,6 +169,7 @@ impl ClientRun {
                 let mut h = self.history.lock();
                 h.extends += 1;
                 h.grants[index].end = end;
+                h.grants[index].extended.push((sent, Instant::now()));
             }
         }
         if self.rng.gen_bool(0.2) {
@@ -237,10 +241,15 @@ impl Resource {
 
 /// The history held to the promises of `docs/LOCKS.md` (see the module docs); `exclusive`:
 /// the deployment promises that no lease is granted while another runs. `restored`: the
-/// windows of snapshot restores, which may forget a lease alive during them (its grant or an
-/// extension decided after the snapshot): such a lease is not held exclusive, every other is.
+/// windows of snapshot restores, which may forget a lease whose grant or an extend of which
+/// the Redis they replaced decided: such a lease is not held exclusive, every other is (the
+/// snapshot keeps the leases decided before it, with their expiry).
 pub fn check(h: &History, exclusive: bool, restored: &[super::rewind::Window]) -> Vec<Finding> {
-    let forgotten = |g: &Grant| restored.iter().any(|w| g.sent <= w.to && g.end >= w.from);
+    let forgotten = |g: &Grant| {
+        restored.iter().any(|w| {
+            w.contains(g.sent, g.answered) || g.extended.iter().any(|(s, a)| w.contains(*s, *a))
+        })
+    };
     let mut out = Vec::new();
     let mut by_name: HashMap<&str, Vec<&Grant>> = HashMap::new();
     for g in &h.grants {

@@ -19,6 +19,7 @@
 //! A failure prints the seed, the schedule and the offending orders; the exit status is 2.
 
 pub mod check;
+pub mod clock;
 pub mod cluster;
 pub mod disk;
 pub mod excuse;
@@ -81,7 +82,8 @@ pub struct ChaosOpts {
     pub long_outage: bool,
 
     /// Only faults on this process: instance-0, instance-1, worker, redis-server, postgres,
-    /// data-disk, redis-link, redis-primary, redis-replica (e.g. `--only redis-server --appendfsync everysec` to measure that policy).
+    /// data-disk, redis-link, redis-primary, redis-replica, redis-snapshot, server-clock (e.g.
+    /// `--only redis-server --appendfsync everysec` to measure that policy).
     #[arg(long)]
     pub only: Option<schedule::Target>,
 
@@ -173,6 +175,7 @@ async fn one(
         s.replicas,
         opts.appendfsync,
         opts.redis_wait_replicas,
+        s.faults.iter().any(|f| f.target == schedule::Target::Clock),
     );
     let cluster = Arc::new(cluster.await?);
     if let Some(d) = &cluster.disk {
@@ -250,8 +253,7 @@ async fn one(
     for (t, k, n) in nemesis::tally(&applied) {
         *totals.faults.entry(format!("{k} {t}")).or_default() += n;
     }
-    let mut windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
-    rewind::widen(&mut windows, &applied, start);
+    let windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
     let excused = match excuse::Excused::read(&report, &cluster, &windows).await {
         Ok(e) => e,
         Err(e) => anyhow::bail!("reading what the snapshot restore took back: {e:#}"),

@@ -93,7 +93,12 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
         applied.healed_s = Some(since(start));
         return applied;
     }
-    let mut slot = cluster.slot(fault.target).lock().await;
+    // A clock step holds the server's lock: no restart falls inside it (see `super::clock`).
+    let process = match fault.target {
+        Target::Clock => Target::Instance(0),
+        t => t,
+    };
+    let mut slot = cluster.slot(process).lock().await;
     if start.elapsed() + fault.hold > cutoff {
         applied.error = Some("skipped: its process was busy with an earlier fault".into());
         return applied;
@@ -115,6 +120,9 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                 .await
                 .map(|note| applied.note = Some(note))
         }
+        (Kind::ClockStep(by), _) => super::clock::step(cluster, by, fault.hold)
+            .await
+            .map(|note| applied.note = Some(note)),
         (Kind::DiskFull, _) => disk_full(cluster, fault.hold).await,
         (Kind::IoError, _) => io_error(cluster, fault.hold).await,
         (Kind::Partition | Kind::DropUp | Kind::DropDown | Kind::Latency | Kind::Reset, _) => {

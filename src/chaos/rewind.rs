@@ -29,20 +29,24 @@ use super::cluster::Cluster;
 use super::schedule::Target;
 use crate::engine::redis::info_field;
 
-/// The span in which a restore may take decisions back: from just before the snapshot's fork
-/// to the moment the restored Redis served (an answer the killed Redis decided reaches the
-/// bench before that, unless another fault held it: [`widen`]).
+/// The decisions a restore may take back: those of requests sent before the kill and
+/// answered after the snapshot's fork. Only the killed Redis can have decided them; a request
+/// answered before `from` is in the snapshot, one sent after `killed` reached the restored
+/// Redis. (A request sent just before the kill and decided by the restored Redis is excused
+/// too: the bench cannot tell which Redis decided it.)
 #[derive(Debug, Clone, Copy)]
 pub struct Window {
     pub from: Instant,
     /// `from` as wall-clock time, to compare with the ledger's timestamps (`failed_orders.at`).
     pub from_wall: std::time::SystemTime,
-    pub to: Instant,
+    pub killed: Instant,
 }
 
 impl Window {
-    pub fn contains(&self, at: Instant) -> bool {
-        self.from <= at && at <= self.to
+    /// Whether a request sent at `sent` and answered at `answered` may have been decided by
+    /// the Redis the restore replaced.
+    pub fn contains(&self, sent: Instant, answered: Instant) -> bool {
+        answered >= self.from && sent <= self.killed
     }
 }
 
@@ -95,34 +99,10 @@ pub async fn run(cluster: &Cluster, hold: Duration) -> anyhow::Result<(Window, S
         Window {
             from,
             from_wall,
-            to,
+            killed,
         },
         note,
     ))
-}
-
-/// Extends each window to the end of any fault that could hold back an answer the killed
-/// Redis had already decided: an instance frozen, or the link between instance 0 and Redis
-/// slowed, cut or dropping, at any moment of the window. `start`: when the storm began (the
-/// faults' times count from it).
-pub fn widen(windows: &mut [Window], applied: &[super::nemesis::Applied], start: Instant) {
-    use super::schedule::Kind;
-    for w in windows.iter_mut() {
-        for a in applied {
-            let (Some(inj), Some(healed)) = (a.injected_s, a.healed_s) else {
-                continue;
-            };
-            let holds_answers = matches!(a.fault.target, Target::Instance(_) | Target::Link)
-                && a.fault.kind != Kind::Kill;
-            let (inj, healed) = (
-                start + Duration::from_secs_f64(inj),
-                start + Duration::from_secs_f64(healed),
-            );
-            if holds_answers && inj <= w.to && healed >= w.from {
-                w.to = w.to.max(healed);
-            }
-        }
-    }
 }
 
 /// `BGSAVE`, waited for, and its file copied to `saved`; returns the moment just before the

@@ -135,6 +135,14 @@ impl Schedule {
         {
             faults.push(draw(&mut extra, Target::Snapshot, Kind::Rewind, end));
         }
+        // A step of the embedded server's clock, on top and last for the same reason.
+        if deployment == Deployment::Embedded
+            && shape.only.is_none_or(|t| t == Target::Clock)
+            && extra.gen_bool(0.5)
+        {
+            let by = extra.gen_range(60..=300) * if extra.gen_bool(0.5) { 1 } else { -1 };
+            faults.push(draw(&mut extra, Target::Clock, Kind::ClockStep(by), end));
+        }
         faults.sort_by_key(|f| f.at);
         Schedule {
             seed,
@@ -191,10 +199,11 @@ impl fmt::Display for Schedule {
             self.seed,
             self.index,
             self.storm.as_secs_f64(),
-            // The faults on a replica and a snapshot restore come on top of `--faults`.
+            // The faults on a replica, a snapshot restore and a clock step come on top of
+            // `--faults`.
             self.faults
                 .iter()
-                .filter(|f| !matches!(f.target, Target::Replica | Target::Snapshot))
+                .filter(|f| !matches!(f.target, Target::Replica | Target::Snapshot | Target::Clock))
                 .count(),
             if self.long_outage {
                 " --long-outage"

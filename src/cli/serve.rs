@@ -46,6 +46,7 @@ impl Running {
 
 /// Opens the backend, binds the listener and serves in a background task.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<Running> {
+    crate::clock::spawn_step_watch();
     let nofile = http::fd_limit::raise();
     let mut limits = cfg.conn.limits();
     limits.max_connections = http::fd_limit::fit(limits.max_connections, nofile.map(|(s, _)| s));

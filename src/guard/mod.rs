@@ -272,7 +272,7 @@ impl Guards {
         let Some(entry) = entry else {
             return false;
         };
-        let hit = entry.sold_out_for(user, qty, chrono::Utc::now());
+        let hit = entry.sold_out_for(user, qty, crate::domain::now());
         if hit {
             entry
                 .counters

@@ -124,7 +124,7 @@ pub async fn data(_: Admin, State(app): State<AppState>) -> Json<Value> {
     }
     let lag = app.backend.pipeline_lag().await;
     Json(json!({
-        "now_ms": chrono::Utc::now().timestamp_millis(),
+        "now_ms": crate::domain::now().timestamp_millis(),
         "campaigns": campaigns,
         "campaigns_not_shown": ids.len().saturating_sub(MAX_CAMPAIGNS),
         "pipeline_lag": lag,

@@ -164,11 +164,10 @@ pub fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
+/// Milliseconds since the epoch on the time seckill keeps ([`crate::clock::steady`]): a step
+/// of the system clock must not end or stretch a lease.
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    u64::try_from(crate::clock::steady().timestamp_millis()).unwrap_or(0)
 }
 
 /// Any [`LockBackend`] with input checks and waiting: the API other Rust services use.

@@ -42,6 +42,7 @@ pub const SHARE_REFUSED: &str = "seckill_client_share_refused_total";
 pub const TIMEOUTS: &str = "seckill_timeouts_total";
 pub const IDENTITY_REFUSED: &str = "seckill_identity_refused_total";
 pub const IN_FLIGHT: &str = "seckill_in_flight";
+pub const CLOCK_STEP: &str = "seckill_clock_step_seconds";
 pub const CAMPAIGN_ENGINE_CLAIMS: &str = "seckill_campaign_engine_claims_total";
 pub const CAMPAIGN_FAST_SOLD_OUT: &str = "seckill_campaign_fast_sold_out_total";
 pub const CAMPAIGN_ADMISSION_REFUSED: &str = "seckill_campaign_admission_refused_total";
@@ -80,6 +81,7 @@ pub const FAMILIES: &[Family] = &[
     f(TIMEOUTS, Counter, "", "Requests answered 503 by the request timeout"),
     f(IDENTITY_REFUSED, Counter, "", "Claims refused 401 for their identity token"),
     f(IN_FLIGHT, Gauge, "", "Public requests in flight"),
+    f(CLOCK_STEP, Gauge, "", "How far the system clock reads from the time seckill keeps (a step since start; 0 normally)"),
     f(CAMPAIGN_ENGINE_CLAIMS, Counter, "campaign", "Claims of the campaign handed to the engine"),
     f(CAMPAIGN_FAST_SOLD_OUT, Counter, "campaign", "Claims answered sold_out from memory"),
     f(CAMPAIGN_ADMISSION_REFUSED, Counter, "campaign", "Claims refused by the admission gate"),

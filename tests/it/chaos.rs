@@ -191,3 +191,39 @@ fn a_redis_restored_from_a_snapshot_breaks_no_promise() {
         "the restore did not happen: {stdout}"
     );
 }
+
+/// The embedded server's wall clock stepped by minutes under load (libfaketime; the test
+/// script installs Debian's `faketime`): forward in seed 7's second embedded schedule (+261 s
+/// for 2.9 s) and back in seed 4's third (−146 s for 3.4 s), both with held orders, payers
+/// confirming near the deadline and lock clients. Every confirm answer is held to `pay_by` on
+/// the test's own clock, and no lease may be granted while another runs. When the engine
+/// read the wall clock, the forward step expired held orders up to 1.2 s before their
+/// `pay_by` and granted a lock lease while the one before it ran (`src/clock.rs`).
+#[test]
+fn a_stepped_server_clock_moves_no_deadline() {
+    for (seed, first) in [("7", "1"), ("4", "2")] {
+        let (t, stdout) = chaos(&[
+            "--deployment",
+            "embedded",
+            "--only",
+            "server-clock",
+            "--seed",
+            seed,
+            "--first",
+            first,
+            "--schedules",
+            "1",
+            "--faults",
+            "0",
+        ]);
+        assert_eq!(t["violations"], 0, "{stdout}");
+        assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
+        assert!(t["expired"].as_u64().unwrap() > 0, "{stdout}");
+        assert!(t["lock_grants"].as_u64().unwrap() > 0, "{stdout}");
+        counted(&t, "faults", &["clock step server-clock"]);
+        assert!(
+            stdout.contains("the server's clock read"),
+            "the step did not happen: {stdout}"
+        );
+    }
+}

@@ -7,6 +7,7 @@ fn win(id: &str, user: &str, qty: u64) -> Win {
         qty,
         codes: None,
         key: None,
+        sent: std::time::Instant::now(),
         answered: std::time::Instant::now(),
     }
 }

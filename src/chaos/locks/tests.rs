@@ -8,6 +8,7 @@ fn grant(name: &str, fence: u64, sent: u64, answered: u64, end: u64, t0: Instant
         sent: at(sent),
         answered: at(answered),
         end: at(end),
+        extended: Vec::new(),
     }
 }
 
@@ -118,27 +119,41 @@ fn an_overlap_is_found_by_the_order_of_requests_whatever_the_fences() {
 }
 
 #[test]
-fn a_restore_forgets_only_the_leases_alive_during_it() {
+fn a_restore_forgets_only_the_leases_the_replaced_redis_decided() {
     let t0 = Instant::now();
-    let ms = |n: u64| t0 + std::time::Duration::from_millis(n);
+    let ms = |n: u64| t0 + Duration::from_millis(n);
     let window = crate::chaos::rewind::Window {
         from: ms(1_000),
         from_wall: std::time::SystemTime::now(),
-        to: ms(1_500),
+        killed: ms(1_500),
     };
-    // Fence 2's lease ran through the restore: the restored Redis may not know it, so fence 3
-    // granted inside it is allowed. Fence 1's ended before the snapshot and fence 4 was
-    // granted after the restore inside fence 3's lease: that overlap is still found.
-    let h = History {
+    // Fence 2 was granted by the Redis the restore replaced: the restored one may not know
+    // it, so fence 3 granted inside its lease is allowed. Fence 1 was granted before the
+    // snapshot and runs through the restore: fence 3 granted inside it is found. Fence 4 was
+    // granted after the restore inside fence 3's lease: found too.
+    let mut h = History {
         grants: vec![
-            grant("a", 1, 0, 5, 900, t0),
-            grant("a", 2, 950, 960, 2_000, t0),
+            grant("a", 1, 0, 5, 1_650, t0),
+            grant("a", 2, 1_100, 1_110, 2_000, t0),
             grant("a", 3, 1_600, 1_610, 3_000, t0),
             grant("a", 4, 1_700, 1_710, 4_000, t0),
         ],
         ..History::default()
     };
-    let f = check(&h, true, &[window]);
-    assert_eq!(f.len(), 1, "{f:?}");
-    assert!(f[0].what.contains("fence 4 granted"), "{f:?}");
+    let what = |h: &History| -> Vec<String> {
+        check(h, true, &[window]).into_iter().map(|f| f.what).collect()
+    };
+    let found = what(&h);
+    assert_eq!(found.len(), 3, "{found:?}");
+    for (granted, during) in [(2, 1), (3, 1), (4, 3)] {
+        let text = format!("fence {granted} granted");
+        assert!(
+            found.iter().any(|w| w.contains(&text) && w.contains(&format!("fence {during}"))),
+            "{found:?}"
+        );
+    }
+    // An extend the replaced Redis answered makes fence 1's lease forgettable too.
+    h.grants[0].extended.push((ms(1_200), ms(1_210)));
+    let found = what(&h);
+    assert_eq!(found.len(), 1, "{found:?}");
 }

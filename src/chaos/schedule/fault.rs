@@ -34,6 +34,8 @@ pub enum Target {
     Sentinel(u8),
     /// Scale-out: Redis's data set, snapshotted and later restored (with the worker killed).
     Snapshot,
+    /// Embedded: the server's wall clock (libfaketime).
+    Clock,
 }
 
 impl std::str::FromStr for Target {
@@ -51,11 +53,12 @@ impl std::str::FromStr for Target {
             "redis-primary" => Target::Primary,
             "redis-replica" => Target::Replica,
             "redis-snapshot" => Target::Snapshot,
+            "server-clock" => Target::Clock,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
                      postgres, data-disk, redis-link, redis-primary, redis-replica, \
-                     redis-snapshot)"
+                     redis-snapshot, server-clock)"
                 ))
             }
         })
@@ -76,6 +79,7 @@ impl fmt::Display for Target {
             Target::Node(i) => write!(f, "redis-{i}"),
             Target::Sentinel(i) => write!(f, "sentinel-{i}"),
             Target::Snapshot => f.write_str("redis-snapshot"),
+            Target::Clock => f.write_str("server-clock"),
         }
     }
 }
@@ -112,6 +116,9 @@ pub enum Kind {
     /// A snapshot of Redis now; after the fault's duration redis-server and the worker are
     /// killed -9 at once and Redis restarts from that snapshot (`super::super::rewind`).
     Rewind,
+    /// The wall clock steps by this many seconds (negative: back) for the fault's duration,
+    /// then back to the real time (`super::super::clock`).
+    ClockStep(i32),
 }
 
 impl fmt::Display for Kind {
@@ -129,6 +136,7 @@ impl fmt::Display for Kind {
             Kind::Failover => "SENTINEL FAILOVER",
             Kind::IoError => "fsync error",
             Kind::Rewind => "snapshot",
+            Kind::ClockStep(_) => "clock step",
         })
     }
 }
@@ -149,6 +157,16 @@ impl fmt::Display for Fault {
             Kind::Freeze => "SIGCONT after",
             Kind::Reset | Kind::Failover => "then",
             Kind::Rewind => "then kill -9 redis-server and the worker and restore it after",
+            Kind::ClockStep(by) => {
+                return write!(
+                    f,
+                    "{:>6.2}s  {} {} by {by:+}s, back after {:.2}s",
+                    self.at.as_secs_f64(),
+                    self.kind,
+                    self.target,
+                    self.hold.as_secs_f64()
+                )
+            }
             _ => "for",
         };
         write!(
@@ -177,6 +195,7 @@ pub(super) fn draw(r: &mut StdRng, target: Target, kind: Kind, end: f64) -> Faul
         Kind::Latency => r.gen_range(2.0..6.0),
         Kind::Reset | Kind::Failover => 0.0,
         Kind::Rewind => r.gen_range(1.0..4.0),
+        Kind::ClockStep(_) => r.gen_range(1.0..5.0),
     };
     let hold = f64::min(hold, end - 1.5).max(0.0);
     let at = r.gen_range(1.0..(end - hold).max(1.5));

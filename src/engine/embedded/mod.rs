@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
 use parking_lot::RwLock;
 
 use self::cell::Cell;
@@ -175,7 +174,7 @@ impl Embedded {
     /// (a rejection it replaces, a `won` the ledger refuses to shadow, see `sqlite_writes`).
     /// Memory pruned first left a window in which a new `won` met the old row and was lost.
     async fn prune(&self) {
-        let now = Utc::now();
+        let now = crate::domain::now();
         let cutoff = now - self.idempotency_ttl;
         let rejected_cutoff = now - self.idem_limits.rejected_ttl;
         let rows = match self.ledger.prune_idempotency(cutoff).await {

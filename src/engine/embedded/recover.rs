@@ -27,7 +27,7 @@ pub(super) async fn load_cells(
     idem_limits: IdemLimits,
     epoch: u64,
 ) -> anyhow::Result<HashMap<String, Arc<Cell>>> {
-    let started = Utc::now();
+    let started = crate::domain::now();
     let mut loader = Loader {
         campaigns: Vec::new(),
         index: HashMap::new(),

@@ -112,7 +112,8 @@ async fn the_drain_waits_for_expiries_a_stalled_worker_has_not_applied() {
             qty: 1,
             codes,
             key: None,
-            answered: std::time::Instant::now(),
+            sent: std::time::Instant::now(),
+        answered: std::time::Instant::now(),
         });
     }
     settle_url(&client).await;
