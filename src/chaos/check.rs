@@ -12,7 +12,8 @@
 //! - **answers outside the contract**: a status other than 200 and 503 for a valid claim (a
 //!   500, a 4xx), or a 200 whose body is not a claim answer;
 //! - **the ledger itself**, read with SQL rather than through the API (which could hide a
-//!   duplicate), held to every guarantee a row can show ([`super::ledger`]);
+//!   duplicate), held to every guarantee a row can show ([`super::ledger`]), and its kept
+//!   Idempotency-Key answers to what the bench was told ([`super::keys`]);
 //! - **crashes**: a process that died without being killed, other than a clean exit with
 //!   status 1 after logging why (a dependency unreachable at start), which a supervisor
 //!   restarts and the campaign counts.
@@ -79,6 +80,13 @@ pub async fn verdict(
     }
     match super::ledger::read(cluster, &report.campaign).await {
         Ok((rows, campaign)) => {
+            match super::keys::read(cluster, &report.campaign).await {
+                Ok(Some(kept)) => out.extend(super::keys::check(&kept, &report.keyed, &rows)),
+                Ok(None) => {}
+                Err(e) => out.push(finding(format!(
+                    "cannot read the kept Idempotency-Key answers: {e:#}"
+                ))),
+            }
             out.extend(super::ledger::supply(
                 first_stock,
                 &report.events,

@@ -73,7 +73,7 @@ pub async fn step(cluster: &Cluster, by: i32, hold: Duration) -> anyhow::Result<
     std::fs::write(file, "+0\n")?;
     tokio::time::sleep(REREAD).await;
     Ok(format!(
-        "the server's clock read {:+} min for {:.1}s",
+        "the server's clock read {:+.1} min for {:.1}s",
         f64::from(by) / 60.0,
         hold.as_secs_f64()
     ))

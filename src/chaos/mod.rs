@@ -23,6 +23,7 @@ pub mod clock;
 pub mod cluster;
 pub mod disk;
 pub mod excuse;
+pub mod keys;
 pub mod ledger;
 pub mod locks;
 pub mod nemesis;
