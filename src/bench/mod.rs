@@ -181,6 +181,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             preexisting: &preexisting,
             wins: &wins,
             keyed: &tally.keyed,
+            keyed_uncertain: &tally.keyed_uncertain,
             unanswered: tally.transport_errors + tally.unknown_outcomes,
             exclusive: opts.campaign.is_none(),
             sold_out_seen,
@@ -265,6 +266,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         plan,
         wins,
         keyed: std::mem::take(&mut tally.keyed),
+        keyed_uncertain: std::mem::take(&mut tally.keyed_uncertain),
         confirmed_at: payments
             .as_ref()
             .map(|p| p.confirmed_at.clone())

@@ -66,6 +66,9 @@ pub struct Tally {
     pub unknown_outcomes: u64,
     pub wins: Vec<Win>,
     pub keyed: Vec<Keyed>,
+    /// Keyed claims with no answer or an unknown outcome, as (user, key, sent): each may have
+    /// been decided, and a rejection kept, without the bench knowing.
+    pub keyed_uncertain: Vec<(String, String, Instant)>,
     /// Every processed answer with its shot (only with [`StormConfig::keep_answers`]).
     pub answers: Vec<(Shot, ClaimAnswer)>,
     /// Send time of the latest qty-1 claim answered `sold_out`.
@@ -88,6 +91,7 @@ impl Tally {
             unknown_outcomes: 0,
             wins: Vec::new(),
             keyed: Vec::new(),
+            keyed_uncertain: Vec::new(),
             answers: Vec::new(),
             last_sold_out_sent: None,
             connects: 0,
@@ -107,6 +111,7 @@ impl Tally {
         self.unknown_outcomes += o.unknown_outcomes;
         self.wins.extend(o.wins);
         self.keyed.extend(o.keyed);
+        self.keyed_uncertain.extend(o.keyed_uncertain);
         self.answers.extend(o.answers);
         self.last_sold_out_sent = self.last_sold_out_sent.max(o.last_sold_out_sent);
         self.connects += o.connects;
@@ -260,6 +265,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                 tracing::debug!(error = %format!("{e:#}"), "claim request failed");
                 t.transport_errors += 1;
                 live.errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
+                    t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
+                }
                 // A refused connect fails at once: do not spin on a server that is down.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
@@ -272,6 +280,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             live.errors.fetch_add(1, Ordering::Relaxed);
             if says_outcome_unknown(&resp.body) {
                 t.unknown_outcomes += 1;
+                if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
+                    t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
+                }
             }
             continue;
         }

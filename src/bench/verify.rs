@@ -101,6 +101,8 @@ pub struct Evidence<'a> {
     pub wins: &'a [Win],
     /// Every processed answer to a claim sent with an Idempotency-Key.
     pub keyed: &'a [Keyed],
+    /// Keyed claims with no answer or an unknown outcome: (user, key, sent).
+    pub keyed_uncertain: &'a [(String, String, Instant)],
     /// Requests whose answer never arrived: each may have won without the bench knowing.
     pub unanswered: u64,
     /// The bench created the campaign, so every order in it must come from a `won` it saw.
@@ -141,7 +143,7 @@ pub fn check(ev: &Evidence<'_>) -> Vec<Violation> {
     codes(&active, &mut out);
     per_user(ev.view.per_user_limit, &active, &mut out);
     answers(ev, &by_id, &mut out);
-    idempotency(ev.keyed, &mut out);
+    idempotency(ev.keyed, ev.keyed_uncertain, &mut out);
     out.sort_by_key(|v| v.invariant);
     out
 }
@@ -317,9 +319,14 @@ const KEPT_REJECTIONS_PER_CAMPAIGN: usize = crate::config::KEPT_REJECTIONS_PER_C
 /// win; any two different answers under one key count only when the server cannot have
 /// reached a cap when it decided the key's first rejection: fewer of the user's keys than the
 /// per-user cap, and fewer of the campaign's than the per-campaign cap, had a first rejection
-/// sent before that one's answer arrived (an upper bound on what the server had kept by then;
+/// sent before that one's answer arrived (an upper bound on what the server had kept by then:
+/// a claim of `uncertain`, unanswered or of unknown outcome, counts as a rejection sent then;
 /// checked against the server's defaults, so a server run with lower caps can show more).
-pub fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
+pub fn idempotency(
+    keyed: &[Keyed],
+    uncertain: &[(String, String, Instant)],
+    out: &mut Vec<Violation>,
+) {
     let mut by_key: BTreeMap<(&str, &str), Vec<&Keyed>> = BTreeMap::new();
     for k in keyed {
         by_key.entry((&k.user, &k.key)).or_default().push(k);
@@ -332,13 +339,22 @@ pub fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
             .map(|a| (a.sent, a.answered))
             .min()
     };
-    let mut sends_of: HashMap<&str, Vec<Instant>> = HashMap::new();
-    let mut sends: Vec<Instant> = Vec::new();
-    for ((user, _), answers) in &by_key {
+    // When each key may first have been rejected.
+    let mut first_sent: HashMap<(&str, &str), Instant> = HashMap::new();
+    for (key, answers) in &by_key {
         if let Some((sent, _)) = first_rejection(answers) {
-            sends_of.entry(user).or_default().push(sent);
-            sends.push(sent);
+            first_sent.insert(*key, sent);
         }
+    }
+    for (user, key, sent) in uncertain {
+        let at = first_sent.entry((user, key)).or_insert(*sent);
+        *at = (*at).min(*sent);
+    }
+    let mut sends_of: HashMap<&str, Vec<Instant>> = HashMap::new();
+    let mut sends: Vec<Instant> = Vec::with_capacity(first_sent.len());
+    for ((user, _), sent) in first_sent {
+        sends_of.entry(user).or_default().push(sent);
+        sends.push(sent);
     }
     sends.sort_unstable();
     sends_of.values_mut().for_each(|v| v.sort_unstable());
@@ -350,7 +366,8 @@ pub fn idempotency(keyed: &[Keyed], out: &mut Vec<Violation>) {
             .map(|a| (a.outcome.as_str(), a.order_id.as_deref()))
             .collect();
         let capped = first_rejection(&answers).is_some_and(|(_, answered)| {
-            before(&sends_of[user], answered) > KEPT_REJECTIONS_PER_USER
+            before(sends_of.get(user).map_or(&[][..], Vec::as_slice), answered)
+                > KEPT_REJECTIONS_PER_USER
                 || before(&sends, answered) > KEPT_REJECTIONS_PER_CAMPAIGN
         });
         let won: Vec<&&Keyed> = answers

@@ -135,7 +135,7 @@ impl Excused {
             .cloned()
             .collect();
         let mut again = Vec::new();
-        crate::bench::verify::idempotency(&outside, &mut again);
+        crate::bench::verify::idempotency(&outside, &report.keyed_uncertain, &mut again);
         out.still_broken = again.into_iter().filter_map(|v| v.key).collect();
         out.confirms = report
             .confirmed_at

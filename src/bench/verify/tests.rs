@@ -21,7 +21,7 @@ fn keyed(user: &str, key: &str, outcome: Outcome, order: Option<&str>) -> Keyed 
 /// Users flagged by invariant 6 (the user is the message's second word).
 fn flagged(keyed: &[Keyed]) -> Vec<String> {
     let mut out = Vec::new();
-    idempotency(keyed, &mut out);
+    idempotency(keyed, &[], &mut out);
     out.iter()
         .map(|v| v.message.split(' ').nth(1).unwrap().to_owned())
         .collect()
@@ -88,4 +88,23 @@ fn beyond_a_cap_a_rejection_may_be_followed_by_a_win_but_never_the_reverse() {
     keyed.push(self::keyed("two-orders", "k0", Outcome::Won, Some("c-3")));
     keyed.push(self::keyed("two-orders", "k0", Outcome::Won, Some("c-4")));
     assert_eq!(flagged(&keyed), ["first-won", "two-orders"]);
+}
+
+#[test]
+fn unanswered_keyed_claims_count_toward_the_caps() {
+    // 64 keyed claims of one user went unanswered (each may have been a kept rejection),
+    // then a rejection the server need not keep and a win on its retry: not flagged.
+    let keyed = vec![
+        keyed("u", "k0", Outcome::SoldOut, None),
+        keyed("u", "k0", Outcome::Won, Some("c-1")),
+    ];
+    let before = keyed[0].sent - std::time::Duration::from_millis(1);
+    let uncertain: Vec<(String, String, std::time::Instant)> = (1..=KEPT_REJECTIONS_PER_USER)
+        .map(|i| ("u".to_owned(), format!("lost{i}"), before))
+        .collect();
+    let mut out = Vec::new();
+    idempotency(&keyed, &uncertain, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    idempotency(&keyed, &[], &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
 }
