@@ -98,6 +98,14 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
         Target::Clock => Target::Instance(0),
         t => t,
     };
+    if fault.target == Target::Clock && cluster.clock_file.is_none() {
+        let why = super::clock::library().err().map(|e| format!("{e:#}"));
+        applied.error = Some(format!(
+            "skipped: {}",
+            why.unwrap_or_else(|| "the server does not run under libfaketime".into())
+        ));
+        return applied;
+    }
     let mut slot = cluster.slot(process).lock().await;
     if start.elapsed() + fault.hold > cutoff {
         applied.error = Some("skipped: its process was busy with an earlier fault".into());
