@@ -7,25 +7,51 @@
 //! forward) in tests. Both truncate to the microseconds the ledgers store.
 //!
 //! The system clock itself is read once per process ([`steady`]) and advanced by the
-//! monotonic clock from then on. A wall clock is stepped — by NTP after a suspend or a VM
+//! boot-time clock from then on. A wall clock is stepped — by NTP after a suspend or a VM
 //! migration, by an operator, by minutes at times — and every rule here that reads time would
 //! move with it: a step forward expires every hold at once and drops remembered rejections, a
-//! step back lets a buyer confirm minutes after the `pay_by` they were given. The monotonic
-//! clock is slewed by NTP like the wall clock but never stepped, so deadlines hold in real
-//! time. The price: after a step the process keeps its own time until it restarts;
+//! step back lets a buyer confirm minutes after the `pay_by` they were given. The boot-time
+//! clock is slewed by NTP like the wall clock but never stepped, and counts through a suspend,
+//! so deadlines hold in real time. The price: after a step the process keeps its own time until it restarts;
 //! [`watch_steps`] says so in the log and in `seckill_clock_step_seconds`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(not(target_os = "linux"))]
+use std::time::Instant;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-/// Now: the system clock as first read by this process, plus the monotonic time since.
+/// Now: the system clock as first read by this process, plus the time elapsed since on a
+/// clock that is never stepped ([`elapsed_since_boot`]).
 pub fn steady() -> DateTime<Utc> {
-    static ANCHOR: OnceLock<(Instant, DateTime<Utc>)> = OnceLock::new();
-    let (mono, wall) = *ANCHOR.get_or_init(|| (Instant::now(), Utc::now()));
-    wall + TimeDelta::from_std(mono.elapsed()).unwrap_or(TimeDelta::MAX)
+    static ANCHOR: OnceLock<(Duration, DateTime<Utc>)> = OnceLock::new();
+    let (boot, wall) = *ANCHOR.get_or_init(|| (elapsed_since_boot(), Utc::now()));
+    let since = elapsed_since_boot().saturating_sub(boot);
+    wall + TimeDelta::from_std(since).unwrap_or_default()
+}
+
+/// Linux's `CLOCK_BOOTTIME`: slewed by NTP like the wall clock, never stepped, and unlike
+/// `CLOCK_MONOTONIC` (Rust's `Instant`) it keeps counting while the machine is suspended, so a
+/// suspended VM does not come back with seckill's time behind by the suspension.
+#[cfg(target_os = "linux")]
+fn elapsed_since_boot() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every supported
+    // kernel, and on failure `ts` stays zero (time would then stand still, never step).
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+/// Elsewhere: the monotonic clock since the first call.
+#[cfg(not(target_os = "linux"))]
+fn elapsed_since_boot() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
 }
 
 /// How far the system clock reads from [`steady`] (positive: ahead), e.g. after a step.

@@ -174,7 +174,8 @@ async fn page(client: &Client, campaign: &str, after: Option<&str>) -> anyhow::R
 /// 300 ms apart) when it is not answered 200 or 409. Confirming a confirmed order answers 200
 /// again, so a retry after an attempt that landed unanswered still tells the truth. Each answer
 /// is also held to `pay_by` on this machine's wall clock (the deadline the buyer was given):
-/// a 200 to a confirm sent after it, or a 409 received before it, is recorded.
+/// a 200 to a confirm whose first attempt was sent after it, or a 409 received before it, is
+/// recorded.
 async fn confirm(
     client: &Client,
     id: &str,
@@ -183,15 +184,18 @@ async fn confirm(
 ) {
     let path = format!("/v1/orders/{id}/confirm");
     let wall = chrono::Utc::now;
+    // A retry of a confirm that landed (unanswered, or a 503) is answered 200 after the
+    // deadline, rightly: what must come before `pay_by` is the first attempt.
+    let first_sent = wall();
     for attempt in 0..4 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        let (sent, sent_at) = (wall(), Instant::now());
+        let sent_at = Instant::now();
         match client.admin(reqwest::Method::POST, &path, None).await {
             Ok((s, _)) if s.as_u16() == 200 => {
                 let mut p = p.lock();
-                if let Some(late) = pay_by.map(|d| (sent - d).num_milliseconds()) {
+                if let Some(late) = pay_by.map(|d| (first_sent - d).num_milliseconds()) {
                     if late > SAME_CLOCK_SLACK_MS {
                         p.late_200.insert(id.to_owned(), late);
                     }
