@@ -18,8 +18,6 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-#[cfg(not(target_os = "linux"))]
-use std::time::Instant;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -41,17 +39,25 @@ fn elapsed_since_boot() -> Duration {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every supported
-    // kernel, and on failure `ts` stays zero (time would then stand still, never step).
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        // Refused (a sandbox filtering the call): the monotonic clock, which never fails.
+        return monotonic();
+    }
     Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
-/// Elsewhere: the monotonic clock since the first call.
+/// Elsewhere: the monotonic clock.
 #[cfg(not(target_os = "linux"))]
 fn elapsed_since_boot() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
+    monotonic()
+}
+
+/// The monotonic clock since this process first read it. Only ever used by one process for
+/// all its reads (a kernel refuses CLOCK_BOOTTIME always or never), so its origin is fixed.
+fn monotonic() -> Duration {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
 }
 
 /// How far the system clock reads from [`steady`] (positive: ahead), e.g. after a step.

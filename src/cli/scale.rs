@@ -50,6 +50,7 @@ pub async fn open(cfg: &ServeConfig) -> anyhow::Result<Arc<ScaleOut>> {
 
 /// `seckill worker`: the order pipeline alone, until SIGTERM or Ctrl-C.
 pub async fn run_worker(cfg: WorkerConfig) -> anyhow::Result<ExitCode> {
+    crate::clock::spawn_step_watch();
     let target = RedisTarget {
         urls: cfg.redis.clone(),
         cluster: cfg.redis_cluster,

@@ -3,8 +3,9 @@
 //! Holder, expiry and fence of a name live in one `lock_fences` row, changed by one statement
 //! on the ledger's writer connection, durable before the answer. So fences keep increasing
 //! after a restart or a crash, and a lease granted before a restart is still held after it
-//! (its holder can extend or release it) until it expires. Expiry is judged by this machine's
-//! wall clock: a clock set forward ends leases early (the fence still tells the holders apart).
+//! (its holder can extend or release it) until it expires. Expiry is judged on the time the
+//! process keeps (`crate::clock::steady`), which a step of the system clock while it runs does
+//! not move; one taken at a restart does (the fence still tells the holders apart).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
