@@ -15,7 +15,7 @@
 //!   the snapshot and within [`REFUSED_WITHIN`] of the kill: a consumer still alive wrote the
 //!   older decision for the same id or unit first.
 //!
-//! A violation of invariant 4 on an order id is excused only when no answer of that id came
+//! A violation of invariant 4 about a `won` is excused only when no answer of that id came
 //! before the snapshot (the snapshot knows those: their id cannot be issued again) and the
 //! answers that are not excused are clean on their own. Answers to one Idempotency-Key are
 //! checked again without the ones inside a window, unless the key was answered before the
