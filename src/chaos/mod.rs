@@ -11,10 +11,12 @@
 //!    redis-server with AOF, a throwaway PostgreSQL) on fixed ports in a temp directory;
 //! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks and
 //!    pause/resume retried with their key, cancels, held orders and payers) and [`locks`]
-//!    clients, while the [`nemesis`] injects the faults;
+//!    clients, while the [`nemesis`] injects the faults (with [`rewind`] for a Redis restored
+//!    from an older snapshot and [`clock`] for a step of the embedded server's wall clock);
 //! 4. [`check`]: once every fault is healed and the pipeline drained, the bench's invariant
-//!    checker plus the contract's allowed answers, the [`ledger`]'s rows read with SQL, the
-//!    lock history, and crashes.
+//!    checker plus the contract's allowed answers, the [`ledger`]'s rows and [`keys`]'s kept
+//!    answers read with SQL, the lock history, and crashes; [`excuse`] says which answers a
+//!    snapshot restore may take back.
 //!
 //! A failure prints the seed, the schedule and the offending orders; the exit status is 2.
 
