@@ -22,7 +22,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 /// Now: the system clock as first read by this process, plus the time elapsed since on a
-/// clock that is never stepped ([`elapsed_since_boot`]).
+/// clock that is never stepped (`elapsed_since_boot`).
 pub fn steady() -> DateTime<Utc> {
     static ANCHOR: OnceLock<(Duration, DateTime<Utc>)> = OnceLock::new();
     let (boot, wall) = *ANCHOR.get_or_init(|| (elapsed_since_boot(), Utc::now()));
@@ -44,7 +44,10 @@ fn elapsed_since_boot() -> Duration {
         // Refused (a sandbox filtering the call): the monotonic clock, which never fails.
         return monotonic();
     }
-    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// Elsewhere: the monotonic clock.

@@ -287,10 +287,7 @@ pub fn check(
                     bad(format!("order {id} {CONFIRMED_BUT_EXPIRED}"), id);
                 }
                 if let Some(ms) = pay.early_409.get(id) {
-                    bad(
-                        format!("order {id} {EXPIRED_EARLY} ({ms} ms before)"),
-                        id,
-                    );
+                    bad(format!("order {id} {EXPIRED_EARLY} ({ms} ms before)"), id);
                 }
                 if resolved.is_none_or(|r| r < pay_by) {
                     bad(format!("order {id} expired before its pay_by"), id);
@@ -306,10 +303,7 @@ pub fn check(
             ),
         }
         if let Some(ms) = pay.late_200.get(id) {
-            bad(
-                format!("order {id} {CONFIRMED_LATE} ({ms} ms after)"),
-                id,
-            );
+            bad(format!("order {id} {CONFIRMED_LATE} ({ms} ms after)"), id);
         }
         if pay.refused.contains(id) && o.state == OrderState::Confirmed {
             bad(format!("order {id} answered 409 but is confirmed"), id);

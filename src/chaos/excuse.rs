@@ -12,7 +12,7 @@
 //!   another buyer;
 //! - a `won` answered after the snapshot that the ledger refused for that very buyer, as a
 //!   reissued id or by a ledger rule on a new order, in a `failed_orders` row written after
-//!   the snapshot and within [`REFUSED_WITHIN`] of the kill: a consumer still alive wrote the
+//!   the snapshot and within `REFUSED_WITHIN` of the kill: a consumer still alive wrote the
 //!   older decision for the same id or unit first.
 //!
 //! A violation of invariant 4 about a `won` is excused only when no answer of that id came
@@ -79,9 +79,8 @@ impl Excused {
             return Ok(out);
         };
         out.restored = true;
-        let inside = |sent: Instant, answered: Instant| {
-            windows.iter().any(|w| w.contains(sent, answered))
-        };
+        let inside =
+            |sent: Instant, answered: Instant| windows.iter().any(|w| w.contains(sent, answered));
         let killed_wall = first.from_wall + (first.killed - first.from);
         let refused = failed_orders(
             cluster,
@@ -162,10 +161,7 @@ impl Excused {
         }
         // Never an id the snapshot knew.
         let every = |f: &dyn Fn(&str) -> bool| {
-            !v.orders.is_empty()
-                && v.orders
-                    .iter()
-                    .all(|o| !self.known_ids.contains(o) && f(o))
+            !v.orders.is_empty() && v.orders.iter().all(|o| !self.known_ids.contains(o) && f(o))
         };
         match v.invariant {
             Invariant::WonMissing => every(&|o| self.kept_answers(o).is_empty()),

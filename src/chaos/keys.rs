@@ -180,8 +180,14 @@ mod tests {
             .map(|f| f.what)
             .collect();
         assert_eq!(found.len(), 3, "{found:?}");
-        assert!(found[0].contains("no claim under the key was given"), "{found:?}");
-        assert!(found[1].contains("does not hold for that buyer"), "{found:?}");
+        assert!(
+            found[0].contains("no claim under the key was given"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].contains("does not hold for that buyer"),
+            "{found:?}"
+        );
         assert!(found[2].contains("does not keep"), "{found:?}");
     }
 }

@@ -63,7 +63,9 @@ fn each_broken_promise_is_found() {
         ],
         ..History::default()
     };
-    assert!(check(&backwards, false, &[])[0].what.contains("answered before"));
+    assert!(check(&backwards, false, &[])[0]
+        .what
+        .contains("answered before"));
     let overlap = History {
         grants: vec![
             grant("a", 1, 0, 5, 400, t0),
@@ -71,7 +73,9 @@ fn each_broken_promise_is_found() {
         ],
         ..History::default()
     };
-    assert!(check(&overlap, true, &[])[0].what.contains("could have ended"));
+    assert!(check(&overlap, true, &[])[0]
+        .what
+        .contains("could have ended"));
     assert!(
         check(&overlap, false, &[]).is_empty(),
         "not promised after a failover"
@@ -141,14 +145,19 @@ fn a_restore_forgets_only_the_leases_the_replaced_redis_decided() {
         ..History::default()
     };
     let what = |h: &History| -> Vec<String> {
-        check(h, true, &[window]).into_iter().map(|f| f.what).collect()
+        check(h, true, &[window])
+            .into_iter()
+            .map(|f| f.what)
+            .collect()
     };
     let found = what(&h);
     assert_eq!(found.len(), 3, "{found:?}");
     for (granted, during) in [(2, 1), (3, 1), (4, 3)] {
         let text = format!("fence {granted} granted");
         assert!(
-            found.iter().any(|w| w.contains(&text) && w.contains(&format!("fence {during}"))),
+            found
+                .iter()
+                .any(|w| w.contains(&text) && w.contains(&format!("fence {during}"))),
             "{found:?}"
         );
     }

@@ -35,7 +35,10 @@ fn faults_end_before_the_last_fifth() {
             }
             assert!(on_replicas_n(&s) <= 2, "{s}");
             assert!(restores_n(&s) <= 1, "{s}");
-            assert!(clock_steps_n(&s) <= usize::from(d == Deployment::Embedded), "{s}");
+            assert!(
+                clock_steps_n(&s) <= usize::from(d == Deployment::Embedded),
+                "{s}"
+            );
             assert_eq!(
                 s.faults.len() - on_replicas_n(&s) - restores_n(&s) - clock_steps_n(&s),
                 4,

@@ -113,7 +113,7 @@ async fn the_drain_waits_for_expiries_a_stalled_worker_has_not_applied() {
             codes,
             key: None,
             sent: std::time::Instant::now(),
-        answered: std::time::Instant::now(),
+            answered: std::time::Instant::now(),
         });
     }
     settle_url(&client).await;
