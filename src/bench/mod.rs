@@ -199,7 +199,8 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
                         - chrono::TimeDelta::from_std(at.elapsed()).unwrap_or_default()
                 });
             let total = drained.view.total;
-            let (found, summary) = payer::check(&drained.orders, p, last_sold_out, total);
+            let (found, summary) =
+                payer::check(&drained.orders, p, last_sold_out, total, &cancelled);
             violations.extend(found);
             summary
         });
