@@ -131,7 +131,7 @@ pub struct BenchReport {
     /// Every answer to a claim sent with an Idempotency-Key (for the same callers).
     #[serde(skip)]
     pub keyed: Vec<super::storm::Keyed>,
-    /// Keyed claims with no answer or an unknown outcome (for the same callers).
+    /// Keyed claims without a claim answer (for the same callers).
     #[serde(skip)]
     pub keyed_uncertain: Vec<(String, String, std::time::Instant)>,
     /// Held orders a confirm of which was answered 200 (for the same callers).

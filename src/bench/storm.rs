@@ -66,8 +66,9 @@ pub struct Tally {
     pub unknown_outcomes: u64,
     pub wins: Vec<Win>,
     pub keyed: Vec<Keyed>,
-    /// Keyed claims with no answer or an unknown outcome, as (user, key, sent): each may have
-    /// been decided, and a rejection kept, without the bench knowing.
+    /// Keyed claims without a claim answer (no answer, or a refusal such as a 503), as (user,
+    /// key, sent): each may have been decided and kept without the bench knowing, or have held
+    /// a place under the server's cap on kept rejections while it was tried.
     pub keyed_uncertain: Vec<(String, String, Instant)>,
     /// Every processed answer with its shot (only with [`StormConfig::keep_answers`]).
     pub answers: Vec<(Shot, ClaimAnswer)>,
@@ -280,9 +281,11 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             live.errors.fetch_add(1, Ordering::Relaxed);
             if says_outcome_unknown(&resp.body) {
                 t.unknown_outcomes += 1;
-                if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
-                    t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
-                }
+            }
+            // Even a 503 that changed nothing held a place under the server's cap on kept
+            // rejections while its commit was tried (docs/API.md), so it counts toward it.
+            if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
+                t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
             }
             continue;
         }

@@ -101,7 +101,7 @@ pub struct Evidence<'a> {
     pub wins: &'a [Win],
     /// Every processed answer to a claim sent with an Idempotency-Key.
     pub keyed: &'a [Keyed],
-    /// Keyed claims with no answer or an unknown outcome: (user, key, sent).
+    /// Keyed claims without a claim answer (no answer, or a refusal): (user, key, sent).
     pub keyed_uncertain: &'a [(String, String, Instant)],
     /// Requests whose answer never arrived: each may have won without the bench knowing.
     pub unanswered: u64,
@@ -320,7 +320,8 @@ const KEPT_REJECTIONS_PER_CAMPAIGN: usize = crate::config::KEPT_REJECTIONS_PER_C
 /// reached a cap when it decided the key's first rejection: fewer of the user's keys than the
 /// per-user cap, and fewer of the campaign's than the per-campaign cap, had a first rejection
 /// sent before that one's answer arrived (an upper bound on what the server had kept by then:
-/// a claim of `uncertain`, unanswered or of unknown outcome, counts as a rejection sent then;
+/// a claim of `uncertain`, without a claim answer, counts as a rejection sent then — a 503
+/// that changed nothing still held a place under the cap while its commit was tried;
 /// checked against the server's defaults, so a server run with lower caps can show more).
 pub fn idempotency(
     keyed: &[Keyed],
