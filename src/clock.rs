@@ -78,13 +78,13 @@ pub fn spawn_step_watch() {
     STARTED.call_once(|| drop(tokio::spawn(watch_steps())));
 }
 
-/// Every 5 s: how far the system clock stepped from the time this process keeps, into
-/// `seckill_clock_step_seconds` and, each time it changes by a second or more, a warning.
+/// Every 5 s: how far the system clock stepped from the time this process keeps and, each
+/// time that changes by a second or more, a warning (`/metrics` reads it at each scrape as
+/// `seckill_clock_step_seconds`).
 pub async fn watch_steps() {
     let mut told = TimeDelta::zero();
     loop {
         let step = system_step();
-        metrics::gauge!(crate::telemetry::catalog::CLOCK_STEP).set(step.as_seconds_f64());
         if (step - told).abs() >= STEP_WORTH_TELLING {
             told = step;
             tracing::warn!(

@@ -124,6 +124,7 @@ pub fn render() -> String {
     handles();
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     collector().collect();
+    metrics::gauge!(catalog::CLOCK_STEP).set(crate::clock::system_step().as_seconds_f64());
     handle.run_upkeep();
     handle.render()
 }
