@@ -99,6 +99,14 @@ impl Tally {
         }
     }
 
+    /// Records a keyed claim that got no claim answer (see [`Tally::keyed_uncertain`]).
+    fn unanswered_key(&mut self, shot: &Shot, keep_keyed: bool, sent: Instant) {
+        if let Some(k) = shot.key.as_ref().filter(|_| keep_keyed) {
+            self.keyed_uncertain
+                .push((shot.user.clone(), k.clone(), sent));
+        }
+    }
+
     fn merge(&mut self, o: Tally) {
         let _ = self.latency.add(&o.latency);
         for (k, v) in o.outcomes {
@@ -266,9 +274,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
                 tracing::debug!(error = %format!("{e:#}"), "claim request failed");
                 t.transport_errors += 1;
                 live.errors.fetch_add(1, Ordering::Relaxed);
-                if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
-                    t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
-                }
+                t.unanswered_key(&shot, cfg.keep_keyed, sent);
                 // A refused connect fails at once: do not spin on a server that is down.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
@@ -284,9 +290,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             }
             // Even a 503 that changed nothing held a place under the server's cap on kept
             // rejections while its commit was tried (docs/API.md), so it counts toward it.
-            if let Some(k) = shot.key.as_ref().filter(|_| cfg.keep_keyed) {
-                t.keyed_uncertain.push((shot.user.clone(), k.clone(), sent));
-            }
+            t.unanswered_key(&shot, cfg.keep_keyed, sent);
             continue;
         }
         let Ok(answer) = serde_json::from_slice::<ClaimAnswer>(&resp.body) else {

@@ -1,4 +1,6 @@
+use super::idempotency::KEPT_REJECTIONS_PER_USER;
 use super::*;
+use crate::domain::Outcome;
 
 /// One answer, sent and answered after every answer made before it.
 fn keyed(user: &str, key: &str, outcome: Outcome, order: Option<&str>) -> Keyed {
