@@ -12,6 +12,11 @@
 # one claim per buyer) to read the RSS of the server that sold them, which is then kill -9ed and
 # restarted: the crash-and-restart of a real sale.
 #
+# The history row (RECOVERY_HISTORY="K N", default "19 500000"; empty skips it): K closed
+# campaigns of N buyers each beside one live sold-out campaign of N buyers, restarted: closed
+# campaigns are not loaded (docs/BENCHMARKS.md), so it should cost what the N-buyer row costs.
+# Every restart also checks a closed campaign's view and that a claim on it answers `closed`.
+#
 # The ledger file is in the page cache (just written); a restart after a reboot also reads it
 # from disk once (about 60 bytes an order).
 #
@@ -19,13 +24,21 @@
 #        RECOVERY_SIZES="100000 1000000" RECOVERY_LIVE_MAX=0 scripts/bench-recovery.sh
 #        BENCH_OUT=/tmp/b.md scripts/bench-recovery.sh
 # It replaces the "Recovery" section of $BENCH_OUT (docs/BENCHMARKS.md), or appends one.
+#
+# Scale-out mode: RECOVERY_MODE=scale-out scripts/bench-recovery.sh measures instead the restart
+# of `seckill serve` against Redis + PostgreSQL after Redis lost everything, with closed
+# campaigns of many buyers in the ledger (time to /healthz, to the first won claim on the live
+# campaign, and until the history is back in Redis); see scripts/bench/recovery_scale_out.sh
+# (SO_CLOSED, SO_BUYERS, SO_LIVE, RECOVERY_RUNS, BENCH_BIN). It prints, writes no report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${RECOVERY_MODE:-}" = scale-out ]; then exec scripts/bench/recovery_scale_out.sh; fi
 
 SIZES=${RECOVERY_SIZES:-"100000 1000000 10000000"}
 RUNS=${RECOVERY_RUNS:-3}
 LIVE_MAX=${RECOVERY_LIVE_MAX:-1000000}
 REBUILD_SIZES=${RECOVERY_REBUILD_SIZES-"1000000"}
+HISTORY=${RECOVERY_HISTORY-"19 500000"}
 CPU=${BENCH_SERVER_CPU:-1}
 GEN_CPU=${BENCH_GEN_CPU:-0}
 OUT=${BENCH_OUT:-docs/BENCHMARKS.md}
@@ -89,13 +102,22 @@ check() {
     [ "$(claim "$1" newcomer)" = sold_out ] || { echo "a newcomer should hear sold_out"; exit 1; }
 }
 
-# restarts HOW N DIR ID: RUNS restarts of a server on DIR, one result line each.
+# check_closed ID N: a closed campaign of N buyers reads right and answers `closed`.
+check_closed() {
+    local view
+    view=$(curl -s "$URL/v1/campaigns/$1" | python3 -c 'import json,sys; v=json.load(sys.stdin); print(v["total"], v["remaining"], v["status"])')
+    [ "$view" = "$2 0 closed" ] || { echo "campaign $1 reads '$view', want '$2 0 closed'"; exit 1; }
+    [ "$(claim "$1" u1)" = closed ] || { echo "a claim on closed $1 should hear closed"; exit 1; }
+}
+
+# restarts HOW N DIR ID [CLOSED_ID]: RUNS restarts of a server on DIR, one result line each.
 restarts() {
     for run in $(seq "$RUNS"); do
         start "$3" "$WORK/restart.log"
         local rss hwm
         rss=$(kib VmRSS); hwm=$(kib VmHWM)
         check "$4" "$2"
+        if [ -n "${5:-}" ]; then check_closed "$5" "$2"; fi
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$SECS" "$rss" "$hwm" "$LIVE_RSS" >>"$RESULTS"
         echo "  $1 N=$2 run $run: /healthz after ${SECS}s, RSS $((rss / 1024)) MiB, peak $((hwm / 1024)) MiB"
         kill9
@@ -136,6 +158,23 @@ for n in $SIZES; do
         rm -rf "$dir"
     fi
 done
+
+if [ -n "$HISTORY" ]; then
+    read -r closed each <<<"$HISTORY"
+    dir=$WORK/history
+    mkdir -p "$dir"
+    start "$dir" "$WORK/migrate.log"
+    kill -INT "$PID"; wait "$PID" 2>/dev/null || true; PID=
+    t0=$(now_ns)
+    for i in $(seq "$closed"); do
+        python3 scripts/bench/recovery_ledger.py "$dir/seckill.db" "$each" "old$i" closed
+    done
+    python3 scripts/bench/recovery_ledger.py "$dir/seckill.db" "$each" sale active
+    echo "ledger of $closed closed campaigns and one live, $each orders each, written in $(python3 -c "print(f'{($(now_ns) - $t0) / 1e9:.1f}')")s ($(du -m "$dir/seckill.db" | cut -f1) MB)"
+    LIVE_RSS=""
+    restarts "history/$closed" "$each" "$dir" sale old1
+    rm -rf "$dir"
+fi
 
 # --- scale-out: a campaign of N buyers rebuilt from PostgreSQL into a Redis that lost it ------
 # The campaign is created through the API, its N orders are written straight into PostgreSQL,
@@ -212,7 +251,10 @@ lines = [
     "schema `seckill serve` migrated; *sold live*: the same sale made over HTTP with "
     "`seckill bench`, then the server killed with `kill -9`. Restart = exec of `seckill serve` to "
     "the first 200 of `GET /healthz`; every restart then checks total, remaining, a holder's "
-    "`already_claimed` and a newcomer's `sold_out`.",
+    "`already_claimed` and a newcomer's `sold_out`. *K closed campaigns beside this live one*: "
+    "one ledger of K closed campaigns of N buyers and the live sold-out one; a restart also "
+    "checks a closed campaign's view and that a claim on it hears `closed` (closed campaigns "
+    "are not loaded, see the README's \"How it works\").",
     "",
     f"- load before: `{before}`",
     f"- load after: `{after}`",
@@ -221,11 +263,17 @@ lines = [
     "| ledger | orders | restart to /healthz, s (median; min–max) | RSS after restart, MiB | peak RSS during restart, MiB | RSS of the server that sold them, MiB |",
     "| --- | ---: | ---: | ---: | ---: | ---: |",
 ]
+def label(how, n):
+    if how.startswith("history/"):
+        k = int(how.split("/")[1])
+        return f"built: {k} closed campaigns beside this live one, {n:,} each", n * (k + 1)
+    return ("built" if how == "ledger" else "sold live, kill -9"), n
 for (how, n), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     s = r["secs"]
     live = mib(int(r["live"])) if r["live"] else "—"
+    what, orders = label(how, n)
     lines.append(
-        f"| {'built' if how == 'ledger' else 'sold live, kill -9'} | {n:,} | {statistics.median(s):.2f}; {min(s):.2f}–{max(s):.2f} "
+        f"| {what} | {orders:,} | {statistics.median(s):.2f}; {min(s):.2f}–{max(s):.2f} "
         f"| {mib(statistics.median(r['rss']))} | {mib(statistics.median(r['hwm']))} | {live} |"
     )
 built = sorted((n, statistics.median(r["rss"])) for (how, n), r in rows.items() if how == "ledger")

@@ -13,7 +13,9 @@
 //!   while the others' does not;
 //! - **sentinel**: the same, except that Redis is a primary and one or two replicas (all AOF)
 //!   behind three sentinels ([`super::sentinel`]), and every seckill process finds the primary
-//!   through them (no fault proxy: the sentinels hand out the primary's real address).
+//!   through them (no fault proxy: the sentinels hand out the primary's real address);
+//! - **cluster**: the same on a Redis Cluster of three masters, each with a replica
+//!   ([`super::shards`]); every seckill process is given all six nodes as seeds.
 //!
 //! Every process keeps its port and directory across restarts, as a supervisor would.
 
@@ -29,12 +31,16 @@ use anyhow::Context;
 use tokio::sync::Mutex;
 
 use super::disk::DataDisk;
-use super::procs::{free_port, listening, log_tail};
-use super::procs::{Proc, Spec};
+use super::procs::Proc;
+use super::procs::{listening, log_tail};
 use super::proxy::{Mode, Proxy};
 use super::schedule::{Deployment, Target};
 use super::sentinel;
-use super::servers::{create_db, postgres_spec, redis_ready, redis_spec};
+
+mod layout;
+
+use super::servers::{create_db, redis_ready};
+use super::shards;
 
 pub const ADMIN_TOKEN: &str = "chaos-admin-token";
 
@@ -72,6 +78,8 @@ pub struct Cluster {
     pub proxy: Option<Proxy>,
     /// Sentinel: the ports of the Redis nodes and the sentinels.
     pub sentinel: Option<sentinel::Ports>,
+    /// Cluster: the ports of the six Redis nodes.
+    pub shards: Option<Vec<u16>>,
     /// Exits nobody asked for: (a crash, description).
     exits: parking_lot::Mutex<Vec<(bool, String)>>,
     dir: tempfile::TempDir,
@@ -106,122 +114,15 @@ impl Cluster {
             pg_url: None,
             proxy: None,
             sentinel: None,
+            shards: None,
             exits: parking_lot::Mutex::new(Vec::new()),
             dir,
         };
-        let root = c.dir.path().to_owned();
-        let add = |c: &mut Cluster, t: Target, spec: Spec| {
-            c.procs.insert(t, Mutex::new(Some(Proc::new(spec))));
-        };
-        let base = |name: &str, args: Vec<String>, env: Vec<(String, String)>| Spec {
-            name: name.to_owned(),
-            program: exe.clone(),
-            args,
-            env,
-            user: None,
-            log: root.join(format!("{name}.log")),
-        };
-        let token = ("SECKILL_ADMIN_TOKEN".to_owned(), ADMIN_TOKEN.to_owned());
         match deployment {
-            Deployment::Embedded => {
-                let disk = DataDisk::new(&root)?;
-                let data = disk.root().unwrap_or(&root).join("data");
-                let port = free_port()?;
-                let args = vec![
-                    "serve".into(),
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--data".into(),
-                    data.display().to_string(),
-                ];
-                // The fsync-error fault is the fault hook's flag on every machine.
-                let io_flag = root.join("io-error");
-                let mut faults = vec![format!("io_error_while={}", io_flag.display())];
-                faults.extend(disk.fault_env());
-                let mut env = vec![token, ("SECKILL_FAULTS".to_owned(), faults.join(","))];
-                // Without libfaketime the step is skipped and says why (`super::nemesis`).
-                if clock_steps && super::clock::library().is_ok() {
-                    let file = root.join("clock-offset");
-                    env.extend(super::clock::env(&file)?);
-                    c.clock_file = Some(file);
-                }
-                c.io_error_flag = Some(io_flag);
-                c.disk = Some(disk);
-                add(&mut c, Target::Instance(0), base("instance-0", args, env));
-                c.procs.insert(Target::Disk, Mutex::new(None));
-                c.ports.push(port);
-                c.sqlite = Some(data.join("seckill.db"));
-            }
-            Deployment::ScaleOut | Deployment::Sentinel => {
-                let (redis, via_proxy) = if deployment == Deployment::Sentinel {
-                    let ports = sentinel::Ports {
-                        nodes: (0..=replicas.max(1))
-                            .map(|_| free_port())
-                            .collect::<Result<_, _>>()?,
-                        sentinels: [free_port()?, free_port()?, free_port()?],
-                    };
-                    let log = |name: &str| root.join(format!("{name}.log"));
-                    for (t, spec) in sentinel::specs(&root, &ports, fsync, log)? {
-                        add(&mut c, t, spec);
-                    }
-                    let urls = ports.urls();
-                    c.sentinel = Some(ports);
-                    c.procs.insert(Target::Primary, Mutex::new(None));
-                    c.procs.insert(Target::Replica, Mutex::new(None));
-                    (urls.clone(), urls)
-                } else {
-                    c.redis_port = free_port()?;
-                    let spec = redis_spec(&root, c.redis_port, fsync)?;
-                    add(&mut c, Target::Redis, spec);
-                    let proxy = Proxy::start(([127, 0, 0, 1], c.redis_port).into()).await?;
-                    let via_proxy = format!("redis://{}", proxy.addr());
-                    c.proxy = Some(proxy);
-                    c.procs.insert(Target::Link, Mutex::new(None));
-                    (format!("redis://127.0.0.1:{}", c.redis_port), via_proxy)
-                };
-                c.pg_port = free_port()?;
-                let spec = postgres_spec(&root, c.pg_port)?;
-                add(&mut c, Target::Postgres, spec);
-                let pg = format!("postgres://postgres@127.0.0.1:{}/seckill", c.pg_port);
-                c.pg_url = Some(pg.clone());
-                let sentinel_args = match deployment {
-                    Deployment::Sentinel => {
-                        vec!["--redis-sentinel".to_owned(), sentinel::MASTER.to_owned()]
-                    }
-                    _ => vec![],
-                };
-                let common = |redis: &str, extra: &[&str]| {
-                    let mut v: Vec<String> = vec![
-                        "--redis".into(),
-                        redis.to_owned(),
-                        "--postgres".into(),
-                        pg.clone(),
-                        "--reclaim-after-ms".into(),
-                        RECLAIM_AFTER_MS.to_string(),
-                    ];
-                    v.extend(sentinel_args.iter().cloned());
-                    if let Some(n) = wait_replicas {
-                        v.extend(["--redis-wait-replicas".to_owned(), n.to_string()]);
-                    }
-                    v.extend(extra.iter().map(|s| s.to_string()));
-                    v
-                };
-                for i in 0..2u8 {
-                    let port = free_port()?;
-                    let listen = format!("127.0.0.1:{port}");
-                    let mut args = vec!["serve".to_owned(), "--listen".to_owned(), listen];
-                    args.extend(if i == 0 {
-                        common(&via_proxy, &["--no-worker"])
-                    } else {
-                        common(&redis, &[])
-                    });
-                    let spec = base(&format!("instance-{i}"), args, vec![token.clone()]);
-                    add(&mut c, Target::Instance(i), spec);
-                    c.ports.push(port);
-                }
-                let mut args = vec!["worker".to_owned()];
-                args.extend(common(&redis, &[]));
-                add(&mut c, Target::Worker, base("worker", args, vec![]));
+            Deployment::Embedded => c.embedded(&exe, clock_steps)?,
+            Deployment::ScaleOut | Deployment::Sentinel | Deployment::Cluster => {
+                let (redis, via_proxy) = c.redis(replicas, fsync).await?;
+                c.scale_out(&exe, (&redis, &via_proxy), wait_replicas)?;
             }
         }
         for t in c.targets() {
@@ -229,6 +130,11 @@ impl Cluster {
             if let (Target::Sentinel(2), Some(ports)) = (t, &c.sentinel) {
                 // The sentinels found the replica and each other before anything uses them.
                 sentinel::settle(ports).await?;
+            }
+            if let (Target::Node(n), Some(ports)) = (t, &c.shards) {
+                if usize::from(n) + 1 == ports.len() {
+                    shards::create(ports).await?;
+                }
             }
         }
         Ok(c)
@@ -245,6 +151,17 @@ impl Cluster {
                 Target::Instance(1),
                 Target::Worker,
             ],
+            Deployment::Cluster => {
+                let nodes = self.shards.as_ref().map_or(0, Vec::len);
+                let mut v: Vec<Target> = (0..nodes as u8).map(Target::Node).collect();
+                v.extend([
+                    Target::Postgres,
+                    Target::Instance(0),
+                    Target::Instance(1),
+                    Target::Worker,
+                ]);
+                v
+            }
             Deployment::Sentinel => {
                 let nodes = self.sentinel.as_ref().map_or(0, |p| p.nodes.len());
                 let mut v: Vec<Target> = (0..nodes as u8).map(Target::Node).collect();
@@ -315,9 +232,10 @@ impl Cluster {
             let ready = match t {
                 Target::Instance(_) => serving(port).await,
                 Target::Redis => redis_ready(self.redis_port).await,
-                Target::Node(i) => match &self.sentinel {
-                    Some(s) => redis_ready(s.nodes[i as usize]).await,
-                    None => true,
+                Target::Node(i) => match (&self.sentinel, &self.shards) {
+                    (Some(s), _) => redis_ready(s.nodes[i as usize]).await,
+                    (_, Some(ports)) => redis_ready(ports[i as usize]).await,
+                    _ => true,
                 },
                 Target::Sentinel(i) => match &self.sentinel {
                     Some(s) => redis_ready(s.sentinels[i as usize]).await,
@@ -334,6 +252,7 @@ impl Cluster {
                 | Target::Disk
                 | Target::Link
                 | Target::Primary
+                | Target::Master
                 | Target::Replica => started.elapsed() > Duration::from_secs(1),
             };
             if ready {

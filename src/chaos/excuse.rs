@@ -13,7 +13,8 @@
 //! - a `won` answered after the snapshot that the ledger refused for that very buyer, as a
 //!   reissued id or by a ledger rule on a new order, in a `failed_orders` row written after
 //!   the snapshot and within `REFUSED_WITHIN` of the kill: a consumer still alive wrote the
-//!   older decision for the same id or unit first.
+//!   older decision for the same id or unit first. After a Cluster failover only for a `won`
+//!   sent before the kill ([`Window::refused_after`]).
 //!
 //! A violation of invariant 4 about a `won` is excused only when no answer of that id came
 //! before the snapshot (the snapshot knows those: their id cannot be issued again) and the
@@ -108,6 +109,7 @@ impl Excused {
                 out.lost += usize::from(!kept);
                 true
             } else if w.answered >= first.from
+                && (w.sent <= first.killed || first.refused_after)
                 && refused.contains(&(w.order_id.clone(), w.user.clone()))
             {
                 out.refused += usize::from(!kept);

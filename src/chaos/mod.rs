@@ -12,11 +12,12 @@
 //! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks and
 //!    pause/resume retried with their key, cancels, held orders and payers) and [`locks`]
 //!    clients, while the [`nemesis`] injects the faults (with [`rewind`] for a Redis restored
-//!    from an older snapshot and [`clock`] for a step of the embedded server's wall clock);
+//!    from an older snapshot, [`sentinel`] and [`shards`] for failovers behind Sentinel and in
+//!    a Redis Cluster, and [`clock`] for a step of the embedded server's wall clock);
 //! 4. [`check`]: once every fault is healed and the pipeline drained, the bench's invariant
 //!    checker plus the contract's allowed answers, the [`ledger`]'s rows and [`keys`]'s kept
 //!    answers read with SQL, the lock history, and crashes; [`excuse`] says which answers a
-//!    snapshot restore may take back.
+//!    snapshot restore, or a Cluster failover to a replica that lagged, may take back.
 //!
 //! A failure prints the seed, the schedule and the offending orders; the exit status is 2.
 
@@ -35,6 +36,7 @@ pub mod rewind;
 pub mod schedule;
 pub mod sentinel;
 pub mod servers;
+pub mod shards;
 mod totals;
 
 pub use totals::{print_totals, Totals};
@@ -85,7 +87,8 @@ pub struct ChaosOpts {
     pub long_outage: bool,
 
     /// Only faults on this process: instance-0, instance-1, worker, redis-server, postgres,
-    /// data-disk, redis-link, redis-primary, redis-replica, redis-snapshot, server-clock (e.g.
+    /// data-disk, redis-link, redis-primary, redis-replica, redis-snapshot, server-clock,
+    /// redis-master (e.g.
     /// `--only redis-server --appendfsync everysec` to measure that policy).
     #[arg(long)]
     pub only: Option<schedule::Target>,
@@ -247,6 +250,8 @@ async fn one(
             let what = match (a.fault.kind, moved) {
                 (schedule::Kind::Failover, true) => "SENTINEL FAILOVER",
                 (schedule::Kind::Failover, false) => "SENTINEL FAILOVER without failover",
+                (schedule::Kind::Handover, true) => "CLUSTER FAILOVER",
+                (schedule::Kind::Handover, false) => "CLUSTER FAILOVER without failover",
                 (_, true) => "after kill -9",
                 (_, false) => "kill -9 without failover",
             };
@@ -259,11 +264,12 @@ async fn one(
     let windows: Vec<rewind::Window> = applied.iter().filter_map(|a| a.rewound).collect();
     let excused = match excuse::Excused::read(&report, &cluster, &windows).await {
         Ok(e) => e,
-        Err(e) => anyhow::bail!("reading what the snapshot restore took back: {e:#}"),
+        Err(e) => anyhow::bail!("reading what a snapshot restore or failover took back: {e:#}"),
     };
     if !windows.is_empty() {
         println!(
-            "  restored from a snapshot: {} answered wins taken back, {} refused by the ledger \
+            "  Redis back in time (a snapshot restore, a Cluster failover): {} answered wins \
+             taken back, {} refused by the ledger \
              (failed_orders), {} confirms answered 200 taken back; {} wins and {} confirms \
              answered in the window",
             excused.lost,

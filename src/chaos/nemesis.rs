@@ -10,7 +10,8 @@
 //! proxy between instance 0 and Redis ([`super::proxy`]) and switch it back to pass. Faults
 //! on the Redis primary of the Sentinel deployment find the primary when they land and kill
 //! it or hand it over ([`super::sentinel`]), then wait for the topology to settle; faults on a
-//! replica find the lowest-numbered replica the same way.
+//! replica find the lowest-numbered replica the same way. Faults on a Cluster master find the
+//! master serving the campaign and kill it or hand it over to its replica ([`super::shards`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,6 +121,16 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                 .map(|(moved, note)| {
                     tracing::info!(%fault, %note, "Sentinel fault done");
                     applied.failed_over = Some(moved);
+                    applied.note = Some(note);
+                })
+        }
+        (kind, _) if fault.target == Target::Master => {
+            super::shards::fault(cluster, kind, fault.hold)
+                .await
+                .map(|(moved, window, note)| {
+                    tracing::info!(%fault, %note, "Cluster fault done");
+                    applied.failed_over = Some(moved);
+                    applied.rewound = window;
                     applied.note = Some(note);
                 })
         }

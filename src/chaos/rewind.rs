@@ -40,6 +40,11 @@ pub struct Window {
     /// `from` as wall-clock time, to compare with the ledger's timestamps (`failed_orders.at`).
     pub from_wall: std::time::SystemTime,
     pub killed: Instant,
+    /// Whether a `won` answered after the window that the ledger refused is excused too: a
+    /// snapshot restore keeps a consumer alive holding decisions of the Redis it replaced
+    /// (documented: its older decision reaches the ledger first); a Cluster failover promises
+    /// that everything answered after the promotion holds, so it excuses none.
+    pub refused_after: bool,
 }
 
 impl Window {
@@ -100,6 +105,7 @@ pub async fn run(cluster: &Cluster, hold: Duration) -> anyhow::Result<(Window, S
             from,
             from_wall,
             killed,
+            refused_after: true,
         },
         note,
     ))

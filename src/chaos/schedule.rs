@@ -31,6 +31,8 @@ pub enum Deployment {
     /// The same behind Redis Sentinel: a primary, one or two replicas (all AOF; the schedule
     /// draws how many), three sentinels.
     Sentinel,
+    /// The same on a three-master Redis Cluster, a replica per master (all AOF).
+    Cluster,
 }
 
 /// The workload of one schedule (a `seckill bench` run) and its faults.
@@ -195,6 +197,7 @@ impl fmt::Display for Schedule {
                 Deployment::Embedded => "embedded",
                 Deployment::ScaleOut => "scale-out",
                 Deployment::Sentinel => "sentinel",
+                Deployment::Cluster => "cluster",
             },
             self.seed,
             self.index,

@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::cluster::{Cluster, Fsync};
-use super::procs::{find_binary, Spec};
+use super::procs::Spec;
 use super::schedule::{Kind, Target};
+use super::servers::{conf_spec, fsync_name, node_conn};
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "seckill";
@@ -68,82 +69,46 @@ pub fn specs(
     fsync: Fsync,
     log: impl Fn(&str) -> std::path::PathBuf,
 ) -> anyhow::Result<Vec<(Target, Spec)>> {
-    let server = find_binary("redis-server")?;
-    let fsync = match fsync {
-        Fsync::Always => "always",
-        Fsync::Everysec => "everysec",
-    };
+    let fsync = fsync_name(fsync);
     let primary = ports.nodes[0];
     let mut out = Vec::new();
     for (i, port) in ports.nodes.iter().enumerate() {
-        let dir = root.join(format!("redis-{i}"));
-        std::fs::create_dir_all(&dir)?;
         let mut conf = format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\nappendonly yes\n\
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {{dir}}\nappendonly yes\n\
              appendfsync {fsync}\nsave \"\"\nmaxmemory-policy noeviction\n\
-             repl-diskless-sync-delay 0\n",
-            dir.display()
+             repl-diskless-sync-delay 0\n"
         );
         if i > 0 {
             conf.push_str(&format!("replicaof 127.0.0.1 {primary}\n"));
         }
-        let file = dir.join("redis.conf");
-        std::fs::write(&file, conf)?;
         let name = format!("redis-{i}");
-        out.push((
-            Target::Node(i as u8),
-            Spec {
-                program: server.clone(),
-                args: vec![file.display().to_string()],
-                env: vec![],
-                user: None,
-                log: log(&name),
-                name,
-            },
-        ));
+        let spec = conf_spec(root, &name, ("redis.conf", conf), &[], log(&name))?;
+        out.push((Target::Node(i as u8), spec));
     }
     for (i, port) in ports.sentinels.iter().enumerate() {
-        let dir = root.join(format!("sentinel-{i}"));
-        std::fs::create_dir_all(&dir)?;
         let conf = format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {{dir}}\n\
              sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
              sentinel down-after-milliseconds {MASTER} 1000\n\
              sentinel failover-timeout {MASTER} 5000\n\
-             sentinel parallel-syncs {MASTER} 1\n",
-            dir.display()
+             sentinel parallel-syncs {MASTER} 1\n"
         );
-        let file = dir.join("sentinel.conf");
-        std::fs::write(&file, conf)?;
         let name = format!("sentinel-{i}");
-        out.push((
-            Target::Sentinel(i as u8),
-            Spec {
-                program: server.clone(),
-                args: vec![file.display().to_string(), "--sentinel".into()],
-                env: vec![],
-                user: None,
-                log: log(&name),
-                name,
-            },
-        ));
+        let spec = conf_spec(
+            root,
+            &name,
+            ("sentinel.conf", conf),
+            &["--sentinel"],
+            log(&name),
+        )?;
+        out.push((Target::Sentinel(i as u8), spec));
     }
     Ok(out)
 }
 
-async fn conn(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-    let cfg = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Duration::from_secs(1))
-        .set_response_timeout(Duration::from_secs(2));
-    Ok(client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await?)
-}
-
 /// The primary's port as sentinel `port` names it.
 async fn named_by(port: u16) -> anyhow::Result<u16> {
-    let mut c = conn(port).await?;
+    let mut c = node_conn(port).await?;
     let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
         .arg(MASTER)
@@ -165,7 +130,7 @@ pub async fn primary(ports: &Ports) -> Option<u8> {
 
 /// `INFO replication` of a node, as `field:value` lines.
 async fn replication(port: u16) -> anyhow::Result<String> {
-    let mut c = conn(port).await?;
+    let mut c = node_conn(port).await?;
     Ok(redis::cmd("INFO")
         .arg("replication")
         .query_async(&mut c)
@@ -194,7 +159,9 @@ pub async fn settled(ports: &Ports) -> Option<u8> {
     }
     let mut healthy = vec![0usize; others.len()];
     for &s in &ports.sentinels {
-        let Ok(mut c) = conn(s).await else { continue };
+        let Ok(mut c) = node_conn(s).await else {
+            continue;
+        };
         let listed: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
             .arg("replicas")
             .arg(MASTER)
@@ -283,7 +250,7 @@ pub async fn fault(
         Kind::Failover => {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let mut c = conn(ports.sentinels[0]).await?;
+                let mut c = node_conn(ports.sentinels[0]).await?;
                 let r: redis::RedisResult<()> = redis::cmd("SENTINEL")
                     .arg("FAILOVER")
                     .arg(MASTER)
@@ -360,7 +327,7 @@ pub async fn replica_fault(
             cluster.start_proc(target, proc).await?;
         }
         Kind::Partition => {
-            let mut c = conn(ports.nodes[node as usize]).await?;
+            let mut c = node_conn(ports.nodes[node as usize]).await?;
             while t0.elapsed() < hold {
                 let cut: redis::RedisResult<i64> = redis::cmd("CLIENT")
                     .arg("KILL")

@@ -24,13 +24,55 @@ pub async fn redis_ready(port: u16) -> bool {
         .is_ok()
 }
 
+/// Redis's name of an `appendfsync` policy.
+pub fn fsync_name(fsync: Fsync) -> &'static str {
+    match fsync {
+        Fsync::Always => "always",
+        Fsync::Everysec => "everysec",
+    }
+}
+
+/// A connection to the redis-server (or sentinel) on `port`, with short timeouts.
+pub async fn node_conn(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Duration::from_secs(1))
+        .set_response_timeout(Duration::from_secs(2));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await?)
+}
+
+/// A redis-server (or sentinel, with `--sentinel` in `extra`) run from its own config file,
+/// `<root>/<name>/<file>` holding `conf`, which it may rewrite (a node's role after a
+/// failover, a Cluster node's `nodes.conf` beside it), as a supervisor's would.
+pub fn conf_spec(
+    root: &Path,
+    name: &str,
+    (file, conf): (&str, String),
+    extra: &[&str],
+    log: std::path::PathBuf,
+) -> anyhow::Result<Spec> {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(file);
+    std::fs::write(&file, conf.replace("{dir}", &dir.display().to_string()))?;
+    let mut args = vec![file.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Ok(Spec {
+        name: name.to_owned(),
+        program: find_binary("redis-server")?,
+        args,
+        env: vec![],
+        user: None,
+        log,
+    })
+}
+
 pub fn redis_spec(root: &Path, port: u16, fsync: Fsync) -> anyhow::Result<Spec> {
     let dir = root.join("redis");
     std::fs::create_dir_all(&dir)?;
-    let fsync = match fsync {
-        Fsync::Always => "always",
-        Fsync::Everysec => "everysec",
-    };
+    let fsync = fsync_name(fsync);
     let args = [
         "--port",
         &port.to_string(),

@@ -28,9 +28,9 @@ pub struct Totals {
     /// Sentinel deployment: answered wins the ledger does not hold after a failover (also
     /// violations; counted apart to measure what an asynchronous replica costs).
     pub lost_to_failover: u64,
-    /// Scale-out: answered wins a Redis restored from an older snapshot took back, and wins
-    /// answered after it that the ledger refused (`failed_orders`); excused, not violations
-    /// (`super::excuse`).
+    /// Scale-out: answered wins a Redis restored from an older snapshot (or a Cluster replica
+    /// promoted behind its master) took back, and wins answered in its window that the ledger
+    /// refused (`failed_orders`); excused, not violations (`super::excuse`).
     pub lost_to_rewind: u64,
     pub refused_after_rewind: u64,
     pub confirms_lost_to_rewind: u64,
@@ -65,7 +65,7 @@ pub fn print_totals(t: &Totals, json: bool) {
     }
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
-         no answer {}\n  lost to failover {}\n  lost to a snapshot restore {} (and {} refused by the ledger, {} confirms)\n  confirms answered 200 {}\n  orders confirmed {}\n  \
+         no answer {}\n  lost to failover {}\n  lost to a snapshot restore or Cluster failover {} (and {} refused by the ledger, {} confirms)\n  confirms answered 200 {}\n  orders confirmed {}\n  \
          orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  orders checked {}\n  \
          violations {}",
         t.faults_skipped,

@@ -66,6 +66,9 @@ impl Reservation {
 pub enum Decision {
     Rejected(ClaimAnswer),
     Won(Reservation),
+    /// A [dormant](CampaignState::dormant) campaign's claim got past its status and window:
+    /// its buyers must be loaded before it can be decided. Nothing was changed.
+    Dormant,
 }
 
 #[derive(Debug)]
@@ -82,6 +85,8 @@ pub struct CampaignState {
     next_seq: u64,
     /// Pending orders and their deadlines (campaigns with holds only).
     pub holds: Holds,
+    /// Buyers, codes and pending orders not in memory (see [`CampaignState::dormant`]).
+    dormant: bool,
 }
 
 impl CampaignState {
@@ -98,7 +103,37 @@ impl CampaignState {
             all_codes,
             next_seq: 1,
             holds: Holds::default(),
+            dormant: false,
         }
+    }
+
+    /// A campaign known by its definition and counts alone, its buyers and codes left in the
+    /// ledger: one that can no longer sell. It answers every claim its status or window
+    /// decides, and [`Decision::Dormant`] to any other; its view is exact.
+    pub fn dormant(
+        def: CampaignDef,
+        total: u64,
+        status: Status,
+        live_units: u64,
+        max_seq: u64,
+    ) -> Self {
+        let mut s = Self::new(def, total, Vec::new(), status);
+        s.remaining = total.saturating_sub(live_units);
+        s.next_seq = max_seq + 1;
+        s.dormant = true;
+        s
+    }
+
+    /// Whether a campaign of this definition and status can never sell again from `now` on:
+    /// closed (for good), or past its `ends_at` (which never changes). The engine decides both
+    /// before it reads a buyer's holding, so such a campaign answers every claim without them.
+    pub fn stopped_for_good(def: &CampaignDef, status: Status, now: DateTime<Utc>) -> bool {
+        status == Status::Closed || def.ends_at.is_some_and(|e| now >= e)
+    }
+
+    /// Whether this is a [`CampaignState::dormant`] state.
+    pub fn is_dormant(&self) -> bool {
+        self.dormant
     }
 
     /// Rebuilds a campaign from the ledger: its definition, every code it ever had, its
@@ -125,6 +160,12 @@ impl CampaignState {
     /// Every user holding units, with how many (to install the state in another gate).
     pub fn holdings(&self) -> impl Iterator<Item = (&str, u64)> {
         self.held.iter()
+    }
+
+    /// Every user who held units since this state was built, in storage order (see
+    /// [`Holdings::ids`]): what the stock board needs, read fastest.
+    pub fn holder_ids(&self) -> impl Iterator<Item = &str> {
+        self.held.ids()
     }
 
     /// Users holding units.
@@ -159,6 +200,9 @@ impl CampaignState {
         }
         if self.def.ends_at.is_some_and(|e| now >= e) {
             return reject(Outcome::Ended);
+        }
+        if self.dormant {
+            return Decision::Dormant;
         }
         let held = self.held_by(user);
         let limit = self.def.per_user_limit;

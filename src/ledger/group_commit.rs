@@ -364,12 +364,15 @@ impl Writer {
     }
 }
 
+/// The kind of a failed batch. An error the ledger did not classify as a [`WriteFault`] is
+/// *unknown*: nothing vouches that it was not written, so the engine re-reads the ledger
+/// rather than undo reservations whose orders may be on disk.
 fn classify(e: &anyhow::Error) -> CommitError {
     let reason = format!("{e:#}");
     let fault = match e.downcast_ref::<WriteFault>() {
-        Some(WriteFault::Unknown(_)) => CommitFault::Unknown,
+        Some(WriteFault::NotCommitted(_)) => CommitFault::NotCommitted,
         Some(WriteFault::Diverged(_)) => CommitFault::Diverged,
-        Some(WriteFault::NotCommitted(_)) | None => CommitFault::NotCommitted,
+        Some(WriteFault::Unknown(_)) | None => CommitFault::Unknown,
     };
     CommitError::new(fault, reason)
 }
@@ -381,3 +384,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic".into())
 }
+
+#[cfg(test)]
+mod tests;

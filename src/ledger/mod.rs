@@ -12,6 +12,8 @@ pub mod invariants;
 mod migrations;
 mod postgres;
 mod postgres_holds;
+mod postgres_lineage;
+mod postgres_liveness;
 mod postgres_ops;
 mod postgres_pipeline;
 mod postgres_recovery;
@@ -28,6 +30,8 @@ pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
 pub use postgres::PgLedger;
 pub use postgres_holds::{Applied, Transition};
+pub use postgres_lineage::{stream_pos, NodeRead, Origin, Recorded, StreamPos, Verdict};
+pub use postgres_liveness::Liveness;
 pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
 pub use postgres_pipeline::{PipelineOutcome, PipelineWrite};
 pub use postgres_recovery::{GateSnapshot, PendingOrder};
@@ -108,6 +112,22 @@ pub struct StoredCampaign {
     pub status: Status,
     /// Highest order seq ever used (active or cancelled).
     pub max_seq: u64,
+    /// Units in live orders (active, pending, confirmed), as the ledger counts them.
+    pub live_units: u64,
+    /// Whether any of its orders is pending (waiting for a confirm or its `pay_by`).
+    pub pending: bool,
+    /// Whether the ledger may hold Idempotency-Key answers of its claims since the retention
+    /// point recovery was asked for (`true` when the ledger cannot tell).
+    pub answers: bool,
+}
+
+/// What a [`Recovery`] wants of a campaign besides its definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// Its codes, orders and idempotency answers too.
+    Everything,
+    /// Nothing more: its buyers are not needed to answer (see `engine::embedded::recover`).
+    DefinitionOnly,
 }
 
 /// A pending order as recovery reads it.
@@ -125,9 +145,10 @@ pub struct PendingRow<'a> {
 ///
 /// Order of the calls: every campaign; then, per campaign, its codes in hand-out order; then
 /// the live orders (active or confirmed; campaigns interleaved); then the pending orders; then
-/// the idempotency answers.
+/// the idempotency answers. Nothing but the definition is handed for a campaign the receiver
+/// answered [`Wanted::DefinitionOnly`].
 pub trait Recovery: Send {
-    fn campaign(&mut self, c: StoredCampaign) -> anyhow::Result<()>;
+    fn campaign(&mut self, c: StoredCampaign) -> anyhow::Result<Wanted>;
     /// The next code of a campaign, in the order they were added.
     fn code(&mut self, campaign_id: &str, code: String) -> anyhow::Result<()>;
     /// One live order (active or confirmed): (user, qty, codes).

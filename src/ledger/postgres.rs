@@ -18,7 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use super::rows::{self, micros, OrderRow};
-use super::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign};
+use super::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign, Wanted};
 use crate::domain::{CampaignLimits, Order};
 
 /// Rows per multi-row INSERT: 9 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
@@ -333,12 +333,20 @@ impl Ledger for PgLedger {
             let Some((c, _)) = self.stored_snapshot(&id).await? else {
                 continue;
             };
-            into.campaign(StoredCampaign {
+            let live = c.active.iter().map(|(_, qty, _)| qty).sum::<u64>()
+                + c.pending.iter().map(|p| p.qty).sum::<u64>();
+            let wanted = into.campaign(StoredCampaign {
                 def: c.def,
                 total: c.total,
                 status: c.status,
                 max_seq: c.max_seq,
+                live_units: live,
+                pending: !c.pending.is_empty(),
+                answers: true,
             })?;
+            if wanted == Wanted::DefinitionOnly {
+                continue;
+            }
             for code in c.codes {
                 into.code(&id, code)?;
             }

@@ -13,6 +13,7 @@ use sqlx::PgConnection;
 
 use super::postgres::{insert_orders, PgLedger, SELECT_ORDER};
 use super::postgres_holds::{self, Applied, Transition};
+use super::postgres_lineage::{self, Origin};
 use super::rows::OrderRow;
 use crate::domain::Order;
 
@@ -44,6 +45,38 @@ pub struct PipelineOutcome {
     /// Transitions that contradict the ledger, by their index in the batch, with the reason.
     /// Nothing was written for them.
     pub contradictions: Vec<(usize, String)>,
+    /// Writes read from a Redis Cluster lineage their campaign has left, above the bound it
+    /// left at (`postgres_lineage`), by their index in the batch: the node serving the campaign
+    /// never had them. Nothing was written for them.
+    pub lost: Vec<usize>,
+    /// Every write read from such a lineage above its bound, `lost` or already in the ledger
+    /// (a redelivery): none is in the stream of the node serving the campaign now, so none may
+    /// be acknowledged there (an entry of the same id there would go unwritten).
+    pub not_here: Vec<usize>,
+}
+
+/// The ledger's orders among `ids`, by id.
+pub(super) async fn orders_by_id(
+    conn: &mut PgConnection,
+    ids: &[&str],
+) -> anyhow::Result<HashMap<String, Order>> {
+    let rows: Vec<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.into_iter()
+        .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
+        .collect()
+}
+
+/// Whether `stored` is the order `o` was won as (same campaign, buyer, qty, codes and time):
+/// a redelivery of it, whatever the row's state since.
+pub(super) fn same_order(stored: &Order, o: &Order) -> bool {
+    stored.campaign_id == o.campaign_id
+        && stored.user_id == o.user_id
+        && stored.qty == o.qty
+        && stored.codes == o.codes
+        && stored.created_at == o.created_at
 }
 
 /// Inserts a run of new orders; returns the ones that collide with a different stored order
@@ -53,23 +86,10 @@ async fn insert_run(conn: &mut PgConnection, run: &[&Order]) -> anyhow::Result<V
     let mut collisions = Vec::new();
     if inserted < run.len() as u64 {
         let ids: Vec<&str> = run.iter().map(|o| o.order_id.as_str()).collect();
-        let existing: Vec<OrderRow> =
-            sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
-                .bind(&ids)
-                .fetch_all(&mut *conn)
-                .await?;
-        let existing: HashMap<String, Order> = existing
-            .into_iter()
-            .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
-            .collect::<anyhow::Result<_>>()?;
+        let existing = orders_by_id(conn, &ids).await?;
         for o in run {
             if let Some(e) = existing.get(&o.order_id) {
-                let same = e.campaign_id == o.campaign_id
-                    && e.user_id == o.user_id
-                    && e.qty == o.qty
-                    && e.codes == o.codes
-                    && e.created_at == o.created_at;
-                if !same {
+                if !same_order(e, o) {
                     collisions.push((*o).clone());
                 }
             }
@@ -89,6 +109,19 @@ impl PgLedger {
         writes: &[PipelineWrite],
         fence: Option<(&str, u64)>,
     ) -> anyhow::Result<PipelineOutcome> {
+        self.apply_read(writes, &[], fence).await
+    }
+
+    /// [`PgLedger::apply_pipeline`] of writes read from a Redis Cluster, each beside where it
+    /// was read (`origins`, same index; missing or `None`: not from a Cluster): those of a
+    /// lineage their campaign has left, above its bound, are not written but returned as
+    /// [`PipelineOutcome::lost`].
+    pub async fn apply_read(
+        &self,
+        writes: &[PipelineWrite],
+        origins: &[Option<Origin>],
+        fence: Option<(&str, u64)>,
+    ) -> anyhow::Result<PipelineOutcome> {
         let mut tx = self.pool.begin().await?;
         if let Some((job, f)) = fence {
             crate::lock::fenced::require(&mut tx, job, f).await?;
@@ -106,10 +139,22 @@ impl PgLedger {
             .bind(&campaigns)
             .execute(&mut *tx)
             .await?;
-        let mut out = PipelineOutcome::default();
+        let (not_here, lost) = match origins.is_empty() {
+            true => Default::default(),
+            false => postgres_lineage::lost(&mut tx, writes, origins).await?,
+        };
+        let mut out = PipelineOutcome {
+            lost,
+            not_here,
+            ..PipelineOutcome::default()
+        };
+        let lost: HashSet<usize> = out.lost.iter().copied().collect();
         let mut run: Vec<&Order> = Vec::new();
         let mut in_run: HashSet<&str> = HashSet::new();
         for (i, w) in writes.iter().enumerate() {
+            if lost.contains(&i) {
+                continue;
+            }
             match w {
                 PipelineWrite::Order(o) => {
                     run.push(o);

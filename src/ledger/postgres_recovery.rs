@@ -100,15 +100,7 @@ impl PgLedger {
 
     /// Those of `order_ids` the ledger holds in a state other than pending.
     pub async fn resolved_among(&self, order_ids: &[String]) -> anyhow::Result<Vec<String>> {
-        if order_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(sqlx::query_scalar(
-            "SELECT order_id FROM orders WHERE order_id = ANY($1) AND state <> 'pending'",
-        )
-        .bind(order_ids)
-        .fetch_all(&self.pool)
-        .await?)
+        resolved_among(&mut *self.pool.acquire().await?, order_ids).await
     }
 
     pub async fn stored(&self, id: &str) -> anyhow::Result<Option<GateSnapshot>> {
@@ -135,19 +127,11 @@ impl PgLedger {
         else {
             return Ok(None);
         };
-        let kind: String = r.get(1);
-        let status: String = r.get(4);
+        let (def, total, status) = campaign_row(&r)?;
         let mut c = GateSnapshot {
-            def: CampaignDef {
-                id: r.get(0),
-                kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
-                per_user_limit: r.get::<i64, _>(3) as u64,
-                starts_at: rows::opt_time(r.get(5))?,
-                ends_at: rows::opt_time(r.get(6))?,
-                hold_seconds: r.get::<Option<i32>, _>(7).map(|h| h as u32),
-            },
-            total: r.get::<i64, _>(2) as u64,
-            status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
+            def,
+            total,
+            status,
             codes: Vec::new(),
             active: Vec::new(),
             pending: Vec::new(),
@@ -159,12 +143,7 @@ impl PgLedger {
         .bind(id)
         .fetch_all(&mut *conn)
         .await?;
-        let max: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(seq) FROM orders WHERE campaign_id = $1")
-                .bind(id)
-                .fetch_one(&mut *conn)
-                .await?;
-        c.max_seq = max.unwrap_or(0) as u64;
+        c.max_seq = max_seq(&mut conn, id).await?;
         let active = sqlx::query(
             "SELECT user_id, qty, codes FROM orders \
              WHERE campaign_id = $1 AND state IN ('active', 'confirmed')",
@@ -232,4 +211,49 @@ impl PgLedger {
         }
         Ok(out.into_values().collect())
     }
+}
+
+/// The highest order number the ledger holds for campaign `id` (0: none).
+pub(super) async fn max_seq(conn: &mut sqlx::PgConnection, id: &str) -> anyhow::Result<u64> {
+    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM orders WHERE campaign_id = $1")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(max.unwrap_or(0) as u64)
+}
+
+/// Those of `order_ids` the ledger holds in a state other than pending.
+pub(super) async fn resolved_among(
+    conn: &mut sqlx::PgConnection,
+    order_ids: &[String],
+) -> anyhow::Result<Vec<String>> {
+    if order_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query_scalar(
+        "SELECT order_id FROM orders WHERE order_id = ANY($1) AND state <> 'pending'",
+    )
+    .bind(order_ids)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// The columns `id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds` of
+/// a `campaigns` row, first in that order: its definition, total and status.
+pub(super) fn campaign_row(
+    r: &sqlx::postgres::PgRow,
+) -> anyhow::Result<(CampaignDef, u64, Status)> {
+    let kind: String = r.get(1);
+    let status: String = r.get(4);
+    let def = CampaignDef {
+        id: r.get(0),
+        kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
+        per_user_limit: r.get::<i64, _>(3) as u64,
+        starts_at: rows::opt_time(r.get(5))?,
+        ends_at: rows::opt_time(r.get(6))?,
+        hold_seconds: r.get::<Option<i32>, _>(7).map(|h| h as u32),
+    };
+    let total = r.get::<i64, _>(2) as u64;
+    let status = Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?;
+    Ok((def, total, status))
 }

@@ -35,6 +35,20 @@ pub struct SqliteLedger {
 }
 
 impl SqliteLedger {
+    /// [`Ledger::recover`] of one campaign, from one snapshot on a reader connection (the
+    /// writer keeps committing meanwhile); prunes nothing.
+    pub async fn recover_campaign(
+        &self,
+        id: &str,
+        idem_since: DateTime<Utc>,
+        into: &mut dyn Recovery,
+    ) -> anyhow::Result<()> {
+        let mut tx = self.readers.begin().await?;
+        super::sqlite_recovery::recover(&mut tx, idem_since, Some(id), into).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// What the ledger remembers of an admin Idempotency-Key.
     pub async fn admin_key(
         &self,
@@ -213,7 +227,7 @@ impl Ledger for SqliteLedger {
         into: &mut dyn Recovery,
     ) -> anyhow::Result<()> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_recovery::recover(writer.conn().await?, idem_since, into).await
+        super::sqlite_recovery::recover(writer.conn().await?, idem_since, None, into).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

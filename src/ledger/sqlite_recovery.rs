@@ -13,13 +13,15 @@
 //! written by something else) is read again row by row, so the result never depends on what
 //! the ids contain.
 
+use std::collections::HashSet;
+
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{Row, SqliteConnection};
 
 use super::rows::{self, micros};
-use super::{IdemRecord, Recovery, StoredCampaign};
+use super::{IdemRecord, Recovery, StoredCampaign, Wanted};
 use crate::domain::{Kind, Status};
 use crate::engine::state::CampaignDef;
 
@@ -38,19 +40,47 @@ const ROWS_ACTIVE: &str = "SELECT user_id, qty, ifnull(codes, '') \
 
 /// The pending orders (campaigns with holds), through the partial index `orders_pending`.
 const PENDING: &str = "SELECT campaign_id, seq, user_id, qty, ifnull(codes, ''), pay_by \
-     FROM orders WHERE state = 'pending'";
+     FROM orders WHERE state = 'pending' AND (?1 IS NULL OR campaign_id = ?1)";
 
+/// Streams the ledger into `into`: every campaign, or only campaign `only` (a campaign the
+/// engine left unloaded at start and needs now). A whole read first drops the idempotency
+/// answers older than `idem_since`.
 pub(super) async fn recover(
     conn: &mut SqliteConnection,
     idem_since: DateTime<Utc>,
+    only: Option<&str>,
     into: &mut dyn Recovery,
 ) -> anyhow::Result<()> {
+    if only.is_none() {
+        prune_answers(conn, idem_since).await;
+    }
     let campaigns = sqlx::query(
-        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds FROM campaigns ORDER BY created_at",
+        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds, live_units \
+         FROM campaigns WHERE ?1 IS NULL OR id = ?1 ORDER BY created_at",
     )
+    .bind(only)
     .fetch_all(&mut *conn)
     .await?;
-    let mut seqs = Vec::with_capacity(campaigns.len());
+    // The pending ones through the partial index `orders_pending` (few rows); the answered
+    // ones through `idempotency_by_age`, a pass over the answers kept, read again below.
+    let pending: HashSet<String> = sqlx::query_scalar(
+        "SELECT DISTINCT campaign_id FROM orders WHERE state = 'pending' AND (?1 IS NULL OR campaign_id = ?1)",
+    )
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let answered: HashSet<String> = sqlx::query_scalar(
+        "SELECT DISTINCT campaign_id FROM idempotency WHERE created_at >= ?1 AND (?2 IS NULL OR campaign_id = ?2)",
+    )
+    .bind(micros(idem_since))
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let mut wanted = Vec::with_capacity(campaigns.len());
     for r in campaigns {
         let id: String = r.get(0);
         let kind: String = r.get(1);
@@ -60,30 +90,36 @@ pub(super) async fn recover(
                 .bind(&id)
                 .fetch_one(&mut *conn)
                 .await?;
-        seqs.push((id.clone(), max_seq.unwrap_or(0)));
-        into.campaign(StoredCampaign {
+        let stored = StoredCampaign {
             def: CampaignDef {
                 kind: Kind::parse(&kind).ok_or_else(|| anyhow!("bad kind {kind:?}"))?,
                 per_user_limit: r.get::<i64, _>(3) as u64,
                 starts_at: rows::opt_time(r.get(5))?,
                 ends_at: rows::opt_time(r.get(6))?,
                 hold_seconds: r.get::<Option<i64>, _>(7).map(|h| h as u32),
-                id,
+                id: id.clone(),
             },
             total: r.get::<i64, _>(2) as u64,
             status: Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?,
             max_seq: max_seq.unwrap_or(0) as u64,
-        })?;
-    }
-    {
-        let mut codes =
-            sqlx::query("SELECT campaign_id, code FROM campaign_codes ORDER BY campaign_id, pos")
-                .fetch(&mut *conn);
-        while let Some(r) = codes.try_next().await? {
-            into.code(r.get(0), r.get(1))?;
+            live_units: r.get::<i64, _>(8) as u64,
+            pending: pending.contains(&id),
+            answers: answered.contains(&id),
+        };
+        if into.campaign(stored)? == Wanted::Everything {
+            wanted.push((id, max_seq.unwrap_or(0)));
         }
     }
-    for (id, max_seq) in &seqs {
+    for (id, _) in &wanted {
+        let mut codes =
+            sqlx::query("SELECT code FROM campaign_codes WHERE campaign_id = ? ORDER BY pos")
+                .bind(id)
+                .fetch(&mut *conn);
+        while let Some(r) = codes.try_next().await? {
+            into.code(id, r.get(0))?;
+        }
+    }
+    for (id, max_seq) in &wanted {
         let mut from = 0;
         while from < *max_seq {
             let to = from.saturating_add(SEQS_PER_PACK).min(*max_seq);
@@ -91,10 +127,14 @@ pub(super) async fn recover(
             from = to;
         }
     }
+    let wanted: HashSet<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
     {
-        let mut pending = sqlx::query(PENDING).fetch(&mut *conn);
+        let mut pending = sqlx::query(PENDING).bind(only).fetch(&mut *conn);
         while let Some(r) = pending.try_next().await? {
             let campaign: &str = r.get(0);
+            if !wanted.contains(campaign) {
+                continue;
+            }
             let codes = codes_of(r.get(4))?;
             let pay_by: Option<i64> = r.get(5);
             let pay_by = pay_by.ok_or_else(|| anyhow!("pending order without pay_by"))?;
@@ -108,24 +148,20 @@ pub(super) async fn recover(
             into.pending(campaign, row)?;
         }
     }
-    // The engine forgets answers older than `idem_since`; their rows go first (best effort: a
-    // ledger that cannot write still starts), so a key claimed afresh never meets a `won` row
-    // the engine does not know of, which the ledger would refuse as a contradiction.
-    if let Err(e) = sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
-        .bind(micros(idem_since))
-        .execute(&mut *conn)
-        .await
-    {
-        tracing::warn!(error = %e, "pruning idempotency answers past their retention failed");
-    }
     let mut idem = sqlx::query(
-        "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency WHERE created_at >= ?",
+        "SELECT campaign_id, user_id, key, answer, created_at FROM idempotency \
+         WHERE created_at >= ?1 AND (?2 IS NULL OR campaign_id = ?2)",
     )
     .bind(micros(idem_since))
+    .bind(only)
     .fetch(&mut *conn);
     while let Some(r) = idem.try_next().await? {
+        let campaign_id: String = r.get(0);
+        if !wanted.contains(campaign_id.as_str()) {
+            continue;
+        }
         into.idem(IdemRecord {
-            campaign_id: r.get(0),
+            campaign_id,
             user_id: r.get(1),
             key: r.get(2),
             answer: rows::parse_answer(r.get(3))?,
@@ -133,6 +169,19 @@ pub(super) async fn recover(
         })?;
     }
     Ok(())
+}
+
+/// The engine forgets answers older than `idem_since`; their rows go first (best effort: a
+/// ledger that cannot write still starts), so a key claimed afresh never meets a `won` row
+/// the engine does not know of, which the ledger would refuse as a contradiction.
+async fn prune_answers(conn: &mut SqliteConnection, idem_since: DateTime<Utc>) {
+    if let Err(e) = sqlx::query("DELETE FROM idempotency WHERE created_at < ?")
+        .bind(micros(idem_since))
+        .execute(&mut *conn)
+        .await
+    {
+        tracing::warn!(error = %e, "pruning idempotency answers past their retention failed");
+    }
 }
 
 /// Hands the live orders (active or confirmed) of campaign `id` with seq in (`from`, `to`] to `into`.
@@ -201,14 +250,16 @@ mod tests {
     use super::unpack;
     use crate::domain::{Kind, Order, OrderState, Status};
     use crate::engine::state::CampaignDef;
-    use crate::ledger::{IdemRecord, Ledger, LedgerWrite, Recovery, SqliteLedger, StoredCampaign};
+    use crate::ledger::{
+        IdemRecord, Ledger, LedgerWrite, Recovery, SqliteLedger, StoredCampaign, Wanted,
+    };
 
     #[derive(Default)]
     struct Rows(Vec<(String, String, u64, Vec<String>)>);
 
     impl Recovery for Rows {
-        fn campaign(&mut self, _: StoredCampaign) -> anyhow::Result<()> {
-            Ok(())
+        fn campaign(&mut self, _: StoredCampaign) -> anyhow::Result<Wanted> {
+            Ok(Wanted::Everything)
         }
         fn code(&mut self, _: &str, _: String) -> anyhow::Result<()> {
             Ok(())

@@ -65,6 +65,10 @@ pub struct Consumer {
     /// Orders per stream entry in the last read (a batch entry of `claims.lua` holds many),
     /// so that a step reads about `--pipeline-batch` orders, not as many batch entries.
     per_entry: usize,
+    /// Stream entries never to acknowledge: read from a Redis Cluster node the campaign has
+    /// left, they are not in the stream of the node serving it, where an entry of the same id
+    /// may be waiting (`lost`).
+    not_here: std::collections::HashSet<(String, String)>,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -73,9 +77,11 @@ fn is_nogroup(e: &redis::RedisError) -> bool {
     e.code() == Some("NOGROUP")
 }
 
+mod ack;
 mod fence;
 mod holds;
 mod isolate;
+mod lost;
 mod poison;
 mod reclaim;
 mod rules;
@@ -85,7 +91,7 @@ mod rules;
 const DEFERRED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Counts an order the pipeline could not write as won (`reason`: poison, reissued,
-/// contradiction, ledger_rule).
+/// contradiction, ledger_rule, lost).
 fn refused_metric(reason: &'static str) {
     metrics::counter!(crate::telemetry::catalog::PIPELINE_REFUSED, "reason" => reason).increment(1);
 }
@@ -97,6 +103,12 @@ pub use reclaim::RECLAIM_JOB;
 pub const REISSUED: &str = "the ledger already holds a different order under this id: Redis \
                             lost acknowledged writes (restored from an older snapshot, or a \
                             lagging replica took over)";
+
+/// The `failed_orders.reason` of an entry read from a Redis Cluster node its campaign has
+/// left, that the node serving it now never had (`ledger/postgres_lineage.rs`).
+pub const LOST: &str = "read from a Redis Cluster node before a failover that lost it: the \
+                        replica promoted in its place never had it, and the campaign was \
+                        checked against the ledger without it";
 
 /// How a `failed_orders.reason` of an order a ledger rule refused begins.
 pub const LEDGER_RULE: &str = "the ledger refused it (";
@@ -124,6 +136,7 @@ impl Consumer {
             read_on: None,
             deferred_since: HashMap::new(),
             per_entry: 1,
+            not_here: Default::default(),
         }
     }
 
@@ -298,7 +311,8 @@ impl Consumer {
         m.pipeline_batch.record(writes.len() as f64);
         let applied = {
             let _t = crate::telemetry::process::Timer::start(&m.pipeline_insert);
-            self.ledger.apply_pipeline(&writes, fence).await
+            let origins: Vec<_> = good.iter().map(Entry::origin).collect();
+            self.ledger.apply_read(&writes, &origins, fence).await
         };
         match applied {
             // The test hook of `crate::supervise`: die after the commit, before the ack.
@@ -358,29 +372,11 @@ impl Consumer {
         self.collisions(good, writes, &out.collisions).await?;
         self.contradictions(good, writes, &out.contradictions)
             .await?;
-        Ok(out.collisions.len() + out.contradictions.len())
-    }
-
-    /// Acknowledges (and removes) the stream entries of `entries`, each once.
-    async fn ack<'a>(
-        &mut self,
-        entries: impl IntoIterator<Item = &'a Entry>,
-    ) -> anyhow::Result<()> {
-        // Orders per stream entry: the orders of a batch entry are acknowledged together.
-        let mut orders: HashMap<(&str, &str), u64> = HashMap::new();
-        for e in entries {
-            *orders.entry(e.key()).or_default() += e.orders_carried();
+        self.lost(good, writes, &out.lost).await?;
+        for &i in &out.not_here {
+            self.not_here
+                .insert((good[i].campaign_id.clone(), good[i].stream_id.clone()));
         }
-        let mut by_campaign: HashMap<&str, Vec<(String, u64)>> = HashMap::new();
-        for ((campaign, id), n) in orders {
-            by_campaign
-                .entry(campaign)
-                .or_default()
-                .push((id.to_owned(), n));
-        }
-        for (campaign, ids) in by_campaign {
-            self.scripts.ack(&mut self.conn, campaign, &ids).await?;
-        }
-        Ok(())
+        Ok(out.collisions.len() + out.contradictions.len() + out.lost.len())
     }
 }

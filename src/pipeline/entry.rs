@@ -22,11 +22,14 @@ use chrono::{DateTime, Utc};
 use redis::Value;
 
 use crate::domain::{Order, OrderState};
-use crate::ledger::{PipelineWrite, Transition};
+use crate::ledger::{stream_pos, Origin, PipelineWrite, Transition};
 
 mod batch;
 
 use batch::{Line, ORDERS};
+
+/// The field naming the replication lineage of the Redis Cluster node that wrote an entry.
+const LINEAGE: &str = "lineage";
 
 /// One entry read from a campaign's order stream, or one order of a batch entry.
 #[derive(Debug, Clone)]
@@ -39,6 +42,9 @@ pub struct Entry {
     /// the line, not as a map of fields per order: building and reading those maps was the
     /// largest cost of moving a won order into the ledger.
     line: Option<Line>,
+    /// On a Redis Cluster: the lineage of the node that wrote the entry (its `lineage` field)
+    /// and the entry's stream id (`ledger/postgres_lineage.rs`).
+    origin: Option<Origin>,
 }
 
 fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
@@ -51,12 +57,24 @@ fn micros(name: &str, text: &str) -> anyhow::Result<DateTime<Utc>> {
 impl Entry {
     /// The entry of stream id `stream_id` in campaign `campaign_id`'s stream.
     pub fn new(campaign_id: String, stream_id: String, fields: HashMap<String, Value>) -> Self {
+        let origin = fields.get(LINEAGE).and_then(|v| {
+            Some(Origin {
+                lineage: redis::from_redis_value(v).ok()?,
+                pos: stream_pos(&stream_id)?,
+            })
+        });
         Self {
             campaign_id,
             stream_id,
             fields,
             line: None,
+            origin,
         }
+    }
+
+    /// Where the entry was read, on a Redis Cluster.
+    pub fn origin(&self) -> Option<Origin> {
+        self.origin.clone()
     }
 
     /// The stream entry this one is, or came from: (campaign, stream id).

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use consumer::{Consumer, Step, LEDGER_RULE, RECLAIM_JOB, REISSUED};
+pub use consumer::{Consumer, Step, LEDGER_RULE, LOST, RECLAIM_JOB, REISSUED};
 pub use entry::Entry;
 
 use crate::engine::redis::{Health, Keys, RedisConn, RedisTarget, Scripts};

@@ -99,7 +99,7 @@ pub const FAMILIES: &[Family] = &[
     f(PIPELINE_BATCH, Histogram, "", "Orders per pipeline insert transaction (scale-out)"),
     f(PIPELINE_INSERT_DURATION, Histogram, "", "Time of one pipeline insert transaction (scale-out)"),
     f(PIPELINE_REFUSED, Counter, "reason",
-      "Orders answered won that the ledger did not take, each recorded in failed_orders (poison, reissued, contradiction, ledger_rule; scale-out)"),
+      "Orders answered won that the ledger did not take, each recorded in failed_orders (poison, reissued, contradiction, ledger_rule, lost; scale-out)"),
     f(REDIS_SETTINGS, Gauge, "maxmemory_policy, appendonly, appendfsync, source",
       "Redis settings the guarantees depend on (1 = current; scale-out)"),
     f(REDIS_REFUSING, Gauge, "", "1 while claims are refused for an evicting Redis (scale-out)"),

@@ -23,12 +23,29 @@ fn chaos(args: &[&str]) -> (Value, String) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "the campaign failed ({}):\n{stdout}\n{stderr}",
-        out.status
+        "the campaign failed ({}):\n{stdout}\n{stderr}\n{}",
+        out.status,
+        why(&stdout, &stderr)
     );
     let json = &stdout[stdout.rfind("\n{\n").expect("the JSON totals") + 1..];
     let t: Value = serde_json::from_str(json).expect("totals are JSON");
     (t, stdout)
+}
+
+/// The lines that say why a campaign failed (its violations and the schedule they fell in, or
+/// the error it stopped on), repeated last: CI keeps only the tail of a failure's output.
+fn why(stdout: &str, stderr: &str) -> String {
+    let mut lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("schedule ") || l.contains("VIOLATION") || l.contains("orders: "))
+        .collect();
+    lines.extend(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("Error") || l.contains("error:"))
+            .take(5),
+    );
+    format!("why the campaign failed:\n{}", lines.join("\n"))
 }
 
 /// Requires the totals' `group` (`faults`, `failovers`) to count each of `kinds` at least
@@ -226,4 +243,42 @@ fn a_stepped_server_clock_moves_no_deadline() {
             "the step did not happen: {stdout}"
         );
     }
+}
+
+/// The Redis Cluster deployment (three masters with a replica each, two instances and a
+/// worker): seed 15's first schedule with only faults on the master serving the campaign —
+/// twice killed -9 a moment after its replica was frozen and cut off (the replica promoted
+/// misses the master's last writes), then a graceful `CLUSTER FAILOVER` — with held orders,
+/// payers and lock clients. Nothing answered after a promotion may be lost or contradicted:
+/// before the lineage check (`src/engine/redis/lineage.rs`) the promoted replica reissued
+/// order ids and confirmed orders the ledger held expired (seed 11, schedule 2).
+#[test]
+fn cluster_failovers_behind_the_ledger_break_no_promise() {
+    let (t, stdout) = chaos(&[
+        "--deployment",
+        "cluster",
+        "--only",
+        "redis-master",
+        "--seed",
+        "15",
+        "--schedules",
+        "1",
+        "--storm",
+        "20s",
+        "--faults",
+        "3",
+    ]);
+    assert_eq!(t["violations"], 0, "{stdout}");
+    assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(t["lock_grants"].as_u64().unwrap() > 0, "{stdout}");
+    counted(&t, "faults", &["lagging kill -9 redis-master"]);
+    counted(&t, "failovers", &["after kill -9"]);
+    // The hand-over is drawn last; on a loaded machine the two kills' promotions and settling
+    // can push it past the fault window, where it is skipped (the long run in
+    // docs/RELIABILITY.md injects it 8 times). The seed must still draw it.
+    assert!(
+        stdout.contains("CLUSTER FAILOVER redis-master, then"),
+        "seed 15 no longer draws a CLUSTER FAILOVER: {stdout}"
+    );
 }

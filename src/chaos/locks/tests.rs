@@ -130,6 +130,7 @@ fn a_restore_forgets_only_the_leases_the_replaced_redis_decided() {
         from: ms(1_000),
         from_wall: std::time::SystemTime::now(),
         killed: ms(1_500),
+        refused_after: true,
     };
     // Fence 2 was granted by the Redis the restore replaced: the restored one may not know
     // it, so fence 3 granted inside its lease is allowed. Fence 1 was granted before the

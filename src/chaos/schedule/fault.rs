@@ -36,6 +36,8 @@ pub enum Target {
     Snapshot,
     /// Embedded: the server's wall clock (libfaketime).
     Clock,
+    /// Cluster: whichever master serves the campaign's slot when the fault lands.
+    Master,
 }
 
 impl std::str::FromStr for Target {
@@ -54,11 +56,12 @@ impl std::str::FromStr for Target {
             "redis-replica" => Target::Replica,
             "redis-snapshot" => Target::Snapshot,
             "server-clock" => Target::Clock,
+            "redis-master" => Target::Master,
             _ => {
                 return Err(format!(
                     "unknown process {s:?} (instance-0, instance-1, worker, redis-server, \
                      postgres, data-disk, redis-link, redis-primary, redis-replica, \
-                     redis-snapshot, server-clock)"
+                     redis-snapshot, server-clock, redis-master)"
                 ))
             }
         })
@@ -80,6 +83,7 @@ impl fmt::Display for Target {
             Target::Sentinel(i) => write!(f, "sentinel-{i}"),
             Target::Snapshot => f.write_str("redis-snapshot"),
             Target::Clock => f.write_str("server-clock"),
+            Target::Master => f.write_str("redis-master"),
         }
     }
 }
@@ -119,6 +123,11 @@ pub enum Kind {
     /// The wall clock steps by this many seconds (negative: back) for the fault's duration,
     /// then back to the real time (`super::super::clock`).
     ClockStep(i32),
+    /// `CLUSTER FAILOVER` on the replica: the master hands over to it (graceful).
+    Handover,
+    /// Cluster: the master's replica frozen, this many ms later the master killed -9 and the
+    /// replica thawed, so that the replica promoted misses the master's last writes.
+    KillLagging(u32),
 }
 
 impl fmt::Display for Kind {
@@ -137,6 +146,8 @@ impl fmt::Display for Kind {
             Kind::IoError => "fsync error",
             Kind::Rewind => "snapshot",
             Kind::ClockStep(_) => "clock step",
+            Kind::Handover => "CLUSTER FAILOVER",
+            Kind::KillLagging(_) => "lagging kill -9",
         })
     }
 }
@@ -153,9 +164,9 @@ pub struct Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verb = match self.kind {
-            Kind::Kill => "restart after",
+            Kind::Kill | Kind::KillLagging(_) => "restart after",
             Kind::Freeze => "SIGCONT after",
-            Kind::Reset | Kind::Failover => "then",
+            Kind::Reset | Kind::Failover | Kind::Handover => "then",
             Kind::Rewind => "then kill -9 redis-server and the worker and restore it after",
             Kind::ClockStep(by) => {
                 return write!(
@@ -183,17 +194,22 @@ impl fmt::Display for Fault {
 /// When a fault of `kind` lands and how long it holds, inside a fault window ending `end`
 /// seconds into the storm.
 pub(super) fn draw(r: &mut StdRng, target: Target, kind: Kind, end: f64) -> Fault {
+    let kind = match kind {
+        Kind::KillLagging(_) => Kind::KillLagging(r.gen_range(100..=800)),
+        k => k,
+    };
     let hold = match kind {
         // Longer than the sentinels' down-after (1 s) plus their election: the replica is
         // promoted before the killed primary comes back as a replica.
-        Kind::Kill if target == Target::Primary => r.gen_range(2.5..5.0),
+        Kind::Kill if matches!(target, Target::Primary | Target::Master) => r.gen_range(2.5..5.0),
+        Kind::KillLagging(_) => r.gen_range(2.5..5.0),
         Kind::Kill => r.gen_range(0.0..3.0),
         Kind::Freeze => r.gen_range(3.0..8.0),
         Kind::DiskFull | Kind::IoError => r.gen_range(1.0..5.0),
         Kind::Outage => 30.0,
         Kind::Partition | Kind::DropUp | Kind::DropDown => r.gen_range(1.0..5.0),
         Kind::Latency => r.gen_range(2.0..6.0),
-        Kind::Reset | Kind::Failover => 0.0,
+        Kind::Reset | Kind::Failover | Kind::Handover => 0.0,
         Kind::Rewind => r.gen_range(1.0..4.0),
         Kind::ClockStep(_) => r.gen_range(1.0..5.0),
     };
@@ -247,6 +263,17 @@ pub(super) fn kinds(deployment: Deployment, long_outage: bool) -> Vec<(Target, K
             (Target::Instance(0), Kind::Kill),
             (Target::Instance(1), Kind::Kill),
             (Target::Worker, Kind::Kill),
+        ],
+        // The same for a Cluster's masters, and PostgreSQL and a frozen worker besides.
+        Deployment::Cluster => vec![
+            (Target::Master, Kind::Kill),
+            (Target::Master, Kind::KillLagging(0)),
+            (Target::Master, Kind::Handover),
+            (Target::Instance(0), Kind::Kill),
+            (Target::Instance(1), Kind::Kill),
+            (Target::Worker, Kind::Kill),
+            (Target::Worker, Kind::Freeze),
+            (Target::Postgres, Kind::Kill),
         ],
     }
 }

@@ -27,6 +27,7 @@ fn faults_end_before_the_last_fifth() {
             Deployment::Embedded,
             Deployment::ScaleOut,
             Deployment::Sentinel,
+            Deployment::Cluster,
         ] {
             let s = Schedule::generate(1, i, d, shape());
             for f in &s.faults {
@@ -115,4 +116,31 @@ fn sentinel_schedules_also_hit_replicas() {
     }
     assert_eq!(kinds.len(), 3, "{kinds:?}");
     assert_eq!(both, [true, true]);
+}
+
+/// Cluster schedules hit the master serving the campaign, a third of those with its replica
+/// lagging first (100–800 ms), and `--only redis-master` keeps those faults alone.
+#[test]
+fn cluster_schedules_move_masters() {
+    let mut lagging = 0;
+    for i in 0..50 {
+        let s = Schedule::generate(9, i, Deployment::Cluster, shape());
+        for f in s.faults.iter().filter(|f| f.target == Target::Master) {
+            assert!(
+                f.hold >= Duration::from_secs_f64(2.5) || f.kind == Kind::Handover,
+                "{s}"
+            );
+            if let Kind::KillLagging(ms) = f.kind {
+                assert!((100..=800).contains(&ms), "{s}");
+                lagging += 1;
+            }
+        }
+        let only = Shape {
+            only: Some(Target::Master),
+            ..shape()
+        };
+        let m = Schedule::generate(9, i, Deployment::Cluster, only);
+        assert!(m.faults.iter().all(|f| f.target == Target::Master), "{m}");
+    }
+    assert!(lagging > 10, "{lagging} lagging kills in 50 schedules");
 }

@@ -162,6 +162,14 @@ impl Embedded {
         {
             let inner = cell.inner.lock();
             restock.check_against(inner.state.def.kind, inner.state.total)?;
+        }
+        if let Restock::Codes(_) = restock {
+            // New codes are checked against every code it had (units need no buyer: a
+            // dormant campaign cannot sell them, and loading it later reads the new total).
+            self.awake(&cell).await?;
+        }
+        {
+            let inner = cell.inner.lock();
             if let Restock::Codes(codes) = &restock {
                 if let Some(dup) = inner.state.known_code(codes) {
                     return Err(Error::Conflict(format!(
@@ -211,6 +219,13 @@ impl Embedded {
         let _admin = cell.admin.lock().await;
         if self.replayed(key.as_ref()).await? {
             return Ok(cell.view());
+        }
+        if to == Status::Active {
+            // A resumed campaign may sell again (unless its window ended): its buyers first,
+            // once the change is known to be allowed.
+            let current = cell.inner.lock().state.status;
+            current.transition(to)?;
+            self.awake(&cell).await?;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let previous = {

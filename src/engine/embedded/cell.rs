@@ -43,6 +43,9 @@ impl Cell {
                 ends_at: def.ends_at,
             },
         );
+        // Holders first, then the state that may be sold out (see guard::soldout): the entry
+        // starts closed to the fast path, so a holder never hears `sold_out` meanwhile.
+        signal.add_holders(state.holder_ids(), state.holders());
         publish(&signal, &state);
         Arc::new(Self {
             inner: Mutex::new(Inner {

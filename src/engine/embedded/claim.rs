@@ -2,7 +2,9 @@
 //! and idempotency answer handed to the group commit in the same critical section, and the
 //! commit callback that makes the decision final or undoes it.
 
-use chrono::Utc;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use super::cell::{Cell, Inner};
@@ -20,7 +22,39 @@ impl Embedded {
         key: Option<IdempotencyKey>,
     ) -> Result<ClaimAnswer, Error> {
         let cell = self.cell(id)?;
-        let now = self.clock.now();
+        let mut now = self.clock.now();
+        let mut loaded = false;
+        let rx = loop {
+            let decided = self.decide_locked(&cell, id, &req, key.as_ref(), now)?;
+            match decided {
+                Step::Answered(answer) => return Ok(answer),
+                Step::Wait(rx) => break rx,
+                // The campaign was left dormant at start and this claim needs its buyers.
+                Step::Dormant if !loaded => {
+                    let _admin = cell.admin.lock().await;
+                    self.awake(&cell).await?;
+                    loaded = true;
+                    now = self.clock.now();
+                }
+                Step::Dormant => {
+                    return Err(Error::not_committed(
+                        "the campaign is being loaded from the ledger",
+                    ))
+                }
+            }
+        };
+        idempotency::wait(rx).await
+    }
+
+    /// The atomic step under the campaign lock, its order and answer handed to the commit.
+    fn decide_locked(
+        &self,
+        cell: &Arc<Cell>,
+        id: &str,
+        req: &ClaimRequest,
+        key: Option<&IdempotencyKey>,
+        now: DateTime<Utc>,
+    ) -> Result<Step, Error> {
         let rx = 'decide: {
             let mut inner = cell.inner.lock();
             if cell.epoch != self.commit.epoch() {
@@ -32,7 +66,7 @@ impl Embedded {
             }
             if let Some(k) = &key {
                 match inner.idem.get(&req.user_id, k.as_str()) {
-                    Some(Slot::Done(answer, _)) => return Ok(answer.clone()),
+                    Some(Slot::Done(answer, _)) => return Ok(Step::Answered(answer.clone())),
                     // Someone is already processing this key: wait for their answer.
                     Some(Slot::Pending(rx, _)) => break 'decide rx.clone(),
                     None => {}
@@ -40,6 +74,7 @@ impl Embedded {
             }
             let kind = inner.state.def.kind;
             let (answer, reservation) = match inner.state.decide(&req.user_id, req.qty, now) {
+                Decision::Dormant => return Ok(Step::Dormant),
                 Decision::Rejected(answer) => (answer, None),
                 Decision::Won(r) => {
                     // Holder first, then the stock its win left (see guard::soldout).
@@ -53,7 +88,7 @@ impl Embedded {
             if reservation.is_none()
                 && (key.is_none() || !inner.idem.may_keep_rejection(&req.user_id))
             {
-                return Ok(answer);
+                return Ok(Step::Answered(answer));
             }
             let mut writes = Vec::with_capacity(2);
             if let Some(r) = &reservation {
@@ -107,7 +142,7 @@ impl Embedded {
             };
             if let Err(e) = self.commit.submit(cell.epoch, writes, on_commit) {
                 settle(
-                    &cell,
+                    cell,
                     &mut inner,
                     Some(&e),
                     reservation.as_ref(),
@@ -119,8 +154,16 @@ impl Embedded {
             }
             rx
         };
-        idempotency::wait(rx).await
+        Ok(Step::Wait(rx))
     }
+}
+
+/// What [`Embedded::decide_locked`] came to.
+enum Step {
+    Answered(ClaimAnswer),
+    /// Handed to the commit (or another request's): its answer comes on this channel.
+    Wait(watch::Receiver<idempotency::Settled>),
+    Dormant,
 }
 
 /// Makes a decision final (commit succeeded) or undoes it (nothing was written). After an

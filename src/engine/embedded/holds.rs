@@ -65,6 +65,8 @@ impl Embedded {
         if !order.state.is_live() {
             return Ok(order);
         }
+        // Its units and codes go back to the buyer's allowance and the pool.
+        self.awake(&cell).await?;
         let taken = match order.state {
             OrderState::Pending => {
                 let mut inner = cell.inner.lock();

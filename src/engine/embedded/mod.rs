@@ -95,8 +95,9 @@ impl Embedded {
         let board = StockBoard::new();
         let idem_limits = opts.idempotency_limits;
         let commit = GroupCommit::spawn(ledger.clone(), opts.max_batch);
+        let at = opts.clock.now();
         let campaigns =
-            recover::load_cells(&*ledger, &board, ttl, idem_limits, commit.epoch()).await?;
+            recover::load_cells(&*ledger, &board, ttl, idem_limits, commit.epoch(), at).await?;
         // Every campaign is created through this process, which registers it first.
         board.mark_complete();
         let me = Arc::new_cyclic(|me| Self {
@@ -142,6 +143,7 @@ impl Embedded {
             self.idempotency_ttl,
             self.idem_limits,
             epoch,
+            self.clock.now(),
         )
         .await?;
         let n = cells.len();

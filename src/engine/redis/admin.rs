@@ -84,7 +84,7 @@ impl ScaleOut {
         if let Some(k) = &key {
             if let Some((op, fingerprint)) = self.ledger.admin_key(k).await? {
                 k.check_replay(&op, &fingerprint)?;
-                return self.campaign_view(&c.id).await;
+                return self.committed_view(&c.id, "the campaign").await;
             }
         }
         let def = CampaignDef {
@@ -108,7 +108,7 @@ impl ScaleOut {
             // Another instance may have processed this very create concurrently.
             if let Some((op, fingerprint)) = self.ledger.admin_key(k).await? {
                 k.check_replay(&op, &fingerprint)?;
-                return self.campaign_view(&def.id).await;
+                return self.committed_view(&def.id, "the campaign").await;
             }
         }
         created?;
@@ -127,7 +127,7 @@ impl ScaleOut {
             // Redis already had a campaign of that id the ledger did not: state left over from
             // another ledger. The gate's state wins; say so loudly.
             tracing::error!(campaign = %state.def.id, "Redis already holds this campaign although the ledger did not; flush stale Redis data");
-            return self.campaign_view(&state.def.id).await;
+            return self.committed_view(&state.def.id, "the campaign").await;
         }
         tracing::info!(campaign = %state.def.id, kind = state.def.kind.as_str(), total, "campaign created");
         Ok(state.view())
@@ -138,10 +138,15 @@ impl ScaleOut {
         rebuild_from_ledger(&mut self.conn(), &self.ledger, &self.scripts, id).await
     }
 
-    /// Brings the gate level with the ledger: installs a missing campaign, applies restocks
-    /// the ledger committed but Redis never saw, and releases cancelled orders (idempotent).
+    /// Brings the gate level with the ledger: installs a missing campaign (unless it is
+    /// dormant), applies restocks the ledger committed but Redis never saw, and releases
+    /// cancelled orders (idempotent).
     pub async fn reconcile(&self, id: &str) -> Result<(), Error> {
         let Some(gate) = self.gate_view(id).await? else {
+            let now = self.dormancy_now_for(id).await?;
+            if self.dormant_in_ledger(id, now).await?.is_some() {
+                return Ok(()); // answered from the ledger until a change needs it (dormant.rs)
+            }
             return self.install_from_ledger(id).await;
         };
         if gate.holds.is_some() {
@@ -207,7 +212,7 @@ impl ScaleOut {
             self.catch_up_restocks(id)
                 .await
                 .map_err(|_| saved_not_applied("the restock")("catching up failed"))?;
-            return self.campaign_view(id).await;
+            return self.committed_view(id, "the restock").await;
         }
         let codes = match &restock {
             Restock::Units(_) => &[][..],
@@ -236,7 +241,20 @@ impl ScaleOut {
             total = done.after,
             "campaign restocked"
         );
-        self.campaign_view(id).await
+        self.committed_view(id, "the restock").await
+    }
+
+    /// The campaign's view after `what` committed: if the gate cannot be read back (Redis
+    /// keeps losing the campaign), the answer still says the change is saved, so the
+    /// operator's keyed retry replays it instead of wondering whether to send it again.
+    async fn committed_view(&self, id: &str, what: &'static str) -> Result<CampaignView, Error> {
+        match self.campaign_view(id).await {
+            Err(Error::Unavailable(e)) => Err(Error::Unavailable(format!(
+                "{what} is saved in the ledger, but the campaign could not be read back ({e}): \
+                 check the campaign before retrying, or retry with the same Idempotency-Key"
+            ))),
+            other => other,
+        }
     }
 
     async fn campaign_view(&self, id: &str) -> Result<CampaignView, Error> {
@@ -295,12 +313,23 @@ impl ScaleOut {
                 "status changed"
             );
         }
-        self.campaign_view(id).await
+        self.committed_view(id, "the status change").await
     }
 
     /// Sets the gate's status to the ledger's, until the ledger's is the same before and after
     /// (a change committed meanwhile by another instance is then applied too).
     async fn sync_status(&self, id: &str) -> Result<(), Error> {
+        self.sync_status_or_install(id, true).await
+    }
+
+    /// [`Self::sync_status`]; a campaign Redis does not have is rebuilt from the ledger if
+    /// `install`, else left out (a dormant one is then answered from the ledger, dormant.rs;
+    /// any other is rebuilt by the next claim or read).
+    pub(super) async fn sync_status_or_install(
+        &self,
+        id: &str,
+        install: bool,
+    ) -> Result<(), Error> {
         let read = "reading the campaign's status failed";
         let mut status = self.ledger.status(id).await.map_err(ledger_failed(read))?;
         loop {
@@ -313,7 +342,10 @@ impl ScaleOut {
                 .await
                 .map_err(redis_failed("Redis did not take the status change"))?;
             if switched == Guarded::Missing {
-                return self.install_from_ledger(id).await;
+                return match install {
+                    true => self.install_from_ledger(id).await,
+                    false => Ok(()),
+                };
             }
             let again = self.ledger.status(id).await.map_err(ledger_failed(read))?;
             if again == Some(status_now) {

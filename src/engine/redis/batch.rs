@@ -246,6 +246,7 @@ impl Batcher {
         let before = WaitReplicas::before(&conn);
         let required = match self.opts.replicas {
             Some(w) => w.required(&conn).await,
+            None if conn.is_cluster() => "cluster".to_owned(),
             None => "0".to_owned(),
         };
         let call = self.scripts.claim_batch(
@@ -287,8 +288,7 @@ impl Batcher {
     }
 
     fn fail(&self, campaign: &str, batch: Vec<Pending>, e: anyhow::Error) {
-        let cluster = matches!(self.conn, RedisConn::Cluster(_));
-        let err = refuse::claim_failed(campaign, cluster)(e);
+        let err = refuse::claim_failed(campaign, self.conn.is_cluster())(e);
         for p in batch {
             let _ = p.reply.send(Err(err.clone()));
         }
@@ -361,6 +361,7 @@ impl Scripts {
                 "missing" => Ok(Claimed::Missing),
                 "fenced" => Ok(Claimed::Fenced),
                 "replicas" => Ok(Claimed::NoReplicas),
+                "unchecked" => Ok(Claimed::Unchecked),
                 _ => super::scripts::decode_answer(encoded)
                     .map(Claimed::Answer)
                     .ok_or_else(|| anyhow::anyhow!("the batch claim script answered {encoded:?}")),

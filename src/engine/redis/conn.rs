@@ -116,8 +116,14 @@ impl RedisConn {
         }
     }
 
+    /// Whether this is a Redis Cluster connection (its scripts check the campaign's lineage,
+    /// `lineage.rs`, instead of a link's check).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
     /// This connection for claims: refused until Redis was checked against the ledger. A
-    /// cluster is returned as is (not checked, see docs/SCALE_OUT.md).
+    /// cluster is returned as is: its scripts check each campaign's lineage (`lineage.rs`).
     pub fn gated(&self) -> Self {
         match self {
             Self::Link(l) | Self::Gated(l) => Self::Gated(l.clone()),

@@ -17,14 +17,19 @@
 //! and let their buyers win twice. Only then are claims let through. Meanwhile claims answer
 //! 503 "nothing was changed". The hot path pays one atomic load (`Link::request_gated`).
 //!
-//! Redis Cluster is not gated (no single link and `run_id`): see docs/SCALE_OUT.md.
+//! A dormant campaign (closed or ended, nothing pending: it can sell nothing) is compared and
+//! taken out of service like any other, but not rebuilt: its rebuild writes every buyer it
+//! ever had, so it is answered from the ledger until a change needs its buyers (`dormant.rs`),
+//! and a Redis that lost everything serves its live campaigns at once.
+//!
+//! A Redis Cluster has no single link and `run_id`: there each campaign is checked on its
+//! own, on the replication lineage of the node serving it (`lineage.rs`).
 
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
-use redis::Script;
 
 use super::conn::RedisConn;
 use super::keys::Keys;
@@ -76,6 +81,68 @@ impl ScaleOut {
     }
 }
 
+/// What `lua/drop_stale.lua` did to a campaign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OutOfService {
+    /// Nothing: the gate is level (or was rebuilt meanwhile), or the campaign is gone.
+    Kept,
+    /// Deleted, to be rebuilt from the ledger.
+    Dropped,
+    /// Fenced until the pipeline drained its stream into the ledger and rebuilt it.
+    Fenced,
+}
+
+impl ScaleOut {
+    /// Takes campaign `id`, whose gate is behind the ledger (`(seq, ledger_seq)`: the gate's
+    /// and the ledger's numbering), or holds pending the ledger's resolved `orders` (`force`),
+    /// out of service (`lua/drop_stale.lua`), saying so in the log.
+    pub(super) async fn take_out_of_service(
+        &self,
+        id: &str,
+        (seq, ledger_seq): (u64, u64),
+        force: bool,
+        orders: Vec<String>,
+    ) -> anyhow::Result<OutOfService> {
+        let k = Keys::new(id);
+        let dropped: i64 = self
+            .scripts
+            .drop_stale
+            .key(k.meta())
+            .key(k.seq())
+            .key(k.orders())
+            .key(k.held())
+            .arg(ledger_seq)
+            .arg(if force { "1" } else { "0" })
+            .arg(orders)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(match dropped {
+            1 => {
+                tracing::error!(
+                    campaign = %id,
+                    redis_seq = seq,
+                    ledger_seq,
+                    "Redis is behind the ledger (restored from an older snapshot, or a lagging \
+                     replica took over): rebuilding the campaign from the ledger before serving it"
+                );
+                OutOfService::Dropped
+            }
+            2 => {
+                tracing::error!(
+                    campaign = %id,
+                    redis_seq = seq,
+                    ledger_seq,
+                    "Redis is behind the ledger and its stream still holds orders the ledger may \
+                     not have: the campaign is fenced (claims answer 503) until the pipeline has \
+                     drained its stream into the ledger and rebuilt it"
+                );
+                OutOfService::Fenced
+            }
+            _ => OutOfService::Kept,
+        })
+    }
+}
+
 async fn run_id(conn: &RedisConn) -> anyhow::Result<String> {
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -88,11 +155,49 @@ async fn run_id(conn: &RedisConn) -> anyhow::Result<String> {
 }
 
 impl ScaleOut {
+    /// Gives each of `stopped` (paused or closed by the ledger) whose gate says `active` the
+    /// ledger's status: one pipelined read of every such gate's status, one script call per
+    /// gate that differs.
+    async fn stop_what_the_ledger_stopped(&self, stopped: &[String]) -> anyhow::Result<()> {
+        if stopped.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for id in stopped {
+            pipe.hget(Keys::new(id).meta(), "status");
+        }
+        let gate: Vec<Option<String>> = pipe.query_async(&mut self.conn()).await?;
+        let selling: Vec<String> = stopped
+            .iter()
+            .zip(gate)
+            .filter(|(_, s)| s.as_deref() == Some("active"))
+            .map(|(id, _)| id.clone())
+            .collect();
+        futures::stream::iter(selling)
+            .map(|id| async move {
+                self.sync_status_or_install(&id, false)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("giving campaign {id} the ledger's status: {e}"))
+            })
+            .buffer_unordered(REBUILDS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<Vec<()>>>()?;
+        Ok(())
+    }
+
     /// Compares every campaign's numbering in Redis with the ledger's and rebuilds each one
     /// that is behind.
     pub async fn check_freshness(&self) -> anyhow::Result<Checked> {
         let started = Instant::now();
         let high = self.ledger.high_water().await?;
+        let campaigns = self
+            .ledger
+            .campaign_liveness(self.dormancy_now().await?)
+            .await?;
+        let dormant: std::collections::HashSet<&str> =
+            campaigns.dormant.iter().map(String::as_str).collect();
         let mut conn = self.conn();
         let mut pipe = redis::pipe();
         for (id, _) in &high {
@@ -117,51 +222,30 @@ impl ScaleOut {
             .into_iter()
             .partition(|(id, ..)| resolved.contains_key(id));
         behind.extend(forced.into_iter().map(|(id, l, s, _)| (id, l, s, true)));
-        let drop = Script::new(include_str!("lua/drop_stale.lua"));
-        // Several at once: claims wait for all of them.
+        // Several at once: claims wait for all of them. A dormant campaign is only taken out
+        // of service (it can sell nothing, and absent it is answered from the ledger until a
+        // change needs its buyers, dormant.rs): no rebuild, one write per buyer it ever had.
+        let later = parking_lot::Mutex::new(Vec::new());
         let rebuilt = futures::stream::iter(behind)
             .map(|(id, ledger_seq, seq, force)| {
-                let (drop, mut conn) = (&drop, self.conn());
                 let orders = resolved.get(&id).cloned().unwrap_or_default();
+                let later = &later;
+                let dormant = dormant.contains(id.as_str());
                 async move {
-                    let k = Keys::new(&id);
-                    let dropped: i64 = drop
-                        .key(k.meta())
-                        .key(k.seq())
-                        .key(k.orders())
-                        .key(k.held())
-                        .arg(ledger_seq)
-                        .arg(if force { "1" } else { "0" })
-                        .arg(orders)
-                        .invoke_async(&mut conn)
+                    let dropped = self
+                        .take_out_of_service(&id, (seq, ledger_seq), force, orders)
                         .await?;
-                    match dropped {
-                        1 => tracing::error!(
-                            campaign = %id,
-                            redis_seq = seq,
-                            ledger_seq,
-                            "Redis is behind the ledger (restored from an older snapshot, or a \
-                             lagging replica took over): rebuilding the campaign from the ledger \
-                             before serving it"
-                        ),
-                        2 => {
-                            tracing::error!(
-                                campaign = %id,
-                                redis_seq = seq,
-                                ledger_seq,
-                                "Redis is behind the ledger and its stream still holds orders \
-                                 the ledger may not have: the campaign is fenced (claims answer \
-                                 503) until the pipeline has drained its stream into the ledger \
-                                 and rebuilt it"
-                            );
-                            return anyhow::Ok(1);
-                        }
-                        _ => {}
+                    if dropped == OutOfService::Fenced {
+                        return anyhow::Ok(1);
+                    }
+                    if dormant {
+                        later.lock().push(id);
+                        return anyhow::Ok(usize::from(dropped == OutOfService::Dropped));
                     }
                     self.reconcile(&id)
                         .await
                         .map_err(|e| anyhow::anyhow!("rebuilding campaign {id}: {e}"))?;
-                    anyhow::Ok(usize::from(dropped == 1))
+                    anyhow::Ok(usize::from(dropped == OutOfService::Dropped))
                 }
             })
             .buffer_unordered(REBUILDS_AT_ONCE)
@@ -177,14 +261,16 @@ impl ScaleOut {
         let mut level: Vec<String> = level.into_iter().map(|(id, ..)| id).collect();
         let with_orders: std::collections::HashSet<&str> =
             high.iter().map(|(id, _)| id.as_str()).collect();
-        let unnumbered: Vec<String> = self
-            .ledger
-            .campaign_ids()
-            .await?
-            .into_iter()
+        let unnumbered = (campaigns.live.iter())
+            .chain(&campaigns.dormant)
             .filter(|id| !with_orders.contains(id.as_str()))
-            .collect();
+            .cloned();
         level.extend(unnumbered);
+        // Except the status, before claims are let through: a gate from an older snapshot
+        // may say `active` for a campaign the ledger has paused or closed since.
+        self.stop_what_the_ledger_stopped(&campaigns.stopped)
+            .await?;
+        level.extend(later.into_inner());
         for id in level {
             self.behind.add(id);
         }

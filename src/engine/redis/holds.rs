@@ -128,8 +128,10 @@ pub(super) enum HoldOutcome {
 /// What one `expire.lua` call did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
-    /// Orders expired now; `None` if the campaign is not in Redis or is fenced.
+    /// Orders expired now; `None` if the campaign is not in Redis, is fenced or unchecked.
     pub expired: Option<u64>,
+    /// Redis Cluster: the node serving the campaign was not checked on its lineage yet.
+    pub unchecked: bool,
     /// The earliest `pay_by` still pending.
     pub next: Option<DateTime<Utc>>,
     pub late_sum_us: u64,
@@ -161,7 +163,8 @@ impl Scripts {
             .key(k.deadlines())
             .key(k.resolved())
             .key(k.orders())
-            .arg(order_id);
+            .arg(order_id)
+            .arg(if conn.is_cluster() { "cluster" } else { "" });
         let _t = timer(name);
         inv.invoke_async(conn).await
     }
@@ -183,7 +186,8 @@ impl Scripts {
             .key(k.deadlines())
             .key(k.resolved())
             .key(k.orders())
-            .arg(max);
+            .arg(max)
+            .arg(if conn.is_cluster() { "cluster" } else { "" });
         let _t = timer("expire");
         let (n, next, sum, max, pending): (i64, String, u64, u64, u64) =
             inv.invoke_async(conn).await?;
@@ -192,6 +196,7 @@ impl Scripts {
             .ok()
             .and_then(|us| DateTime::from_timestamp_micros(us as i64));
         Ok(Expired {
+            unchecked: n == -2,
             expired: u64::try_from(n).ok(),
             next,
             late_sum_us: sum,
@@ -247,6 +252,14 @@ impl ScaleOut {
                 "fenced" => Err(Error::Unavailable(format!(
                     "campaign '{campaign}' is being rebuilt from the ledger after Redis lost \
                      state; nothing was changed, retry later"
+                ))),
+                "unchecked" if attempt == 0 => {
+                    self.check_lineage(campaign).await?;
+                    continue;
+                }
+                "unchecked" => Err(Error::Unavailable(format!(
+                    "campaign '{campaign}' moved to another Redis Cluster node that is being \
+                     checked against the ledger; nothing was changed, retry later"
                 ))),
                 "missing" if attempt == 0 => {
                     match self.install_from_ledger(campaign).await {
@@ -328,6 +341,13 @@ impl ScaleOut {
                     .expire_due(&mut self.conn().gated(), &id, MAX_EXPIRE_BATCH)
                     .await
                     .map_err(redis_failed(failed))?;
+                if e.unchecked {
+                    // A failover moved the campaign: checked now, expired on the next tick.
+                    if let Err(err) = self.check_lineage(&id).await {
+                        tracing::debug!(campaign = %id, error = %err, "checking the campaign on its new Redis Cluster node failed; retrying");
+                    }
+                    break;
+                }
                 if e.expired.is_some() {
                     pending.insert(id.clone(), e.pending);
                 }

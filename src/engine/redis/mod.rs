@@ -25,9 +25,11 @@ mod batch;
 mod cancel;
 mod catch_up;
 mod conn;
+mod dormant;
 mod fresh;
 mod holds;
 mod keys;
+mod lineage;
 mod link;
 mod promotable;
 mod ratelimit;
@@ -110,6 +112,8 @@ pub struct ScaleOut {
     hold_stats: crate::engine::hold_stats::HoldStats,
     /// Units pending per campaign with holds, as the last sweep read them from the gate.
     pending_units: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
+    /// Redis Cluster: the campaigns being checked on a new node (`lineage.rs`).
+    lineage: lineage::Checks,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -117,9 +121,6 @@ pub struct ScaleOut {
 /// How often each instance re-reads every campaign's rate limits from the ledger: the
 /// longest a `PUT …/limits` through one instance takes to apply on the others.
 pub const LIMITS_REFRESH: Duration = Duration::from_secs(1);
-
-/// Longest a claim waits for Redis before answering 503.
-const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
     move |e| Error::unavailable(context, e)
@@ -146,16 +147,7 @@ impl Backend for ScaleOut {
     }
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
-        for _ in 0..3 {
-            if let Some(v) = self.gate_view(id).await? {
-                return Ok(v);
-            }
-            // Unknown to the ledger too → 404; else rebuilt (Redis may lose it again meanwhile).
-            self.install_from_ledger(id).await?;
-        }
-        Err(Error::Unavailable(format!(
-            "campaign '{id}' keeps disappearing from Redis; retry later"
-        )))
+        self.view(id).await
     }
 
     async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {
@@ -252,7 +244,7 @@ impl Backend for ScaleOut {
         for attempt in 0..2 {
             let claim = self.claims.claim(id, &req.user_id, req.qty, key);
             // Bounded even while a connection is still reconnecting to an unreachable Redis.
-            let claimed = tokio::time::timeout(CLAIM_TIMEOUT, claim)
+            let claimed = tokio::time::timeout(refuse::CLAIM_TIMEOUT, claim)
                 .await
                 .unwrap_or_else(|_| {
                     Err(refuse::claim_failed(id, false)(anyhow::anyhow!(
@@ -264,21 +256,15 @@ impl Backend for ScaleOut {
                     self.note_stock(id, &req.user_id, &a).await;
                     return Ok(a);
                 }
-                Claimed::Missing if attempt == 0 => self.install_from_ledger(id).await?,
+                Claimed::Missing if attempt == 0 => {
+                    if let Some(answer) = self.dormant_answer(id, &req, key.is_some()).await? {
+                        return Ok(answer);
+                    }
+                    self.install_from_ledger(id).await?
+                }
                 Claimed::Missing => break,
-                Claimed::Fenced => {
-                    return Err(Error::Unavailable(format!(
-                        "campaign '{id}' is being rebuilt from the ledger after Redis lost \
-                         state; the claim was not processed and nothing was changed, retry later"
-                    )))
-                }
-                Claimed::NoReplicas => {
-                    return Err(Error::Unavailable(
-                        "fewer Redis replicas are in sync than --redis-wait-replicas asks for; \
-                         the claim was not processed and nothing was changed, retry later"
-                            .into(),
-                    ))
-                }
+                Claimed::Unchecked if attempt == 0 => self.check_lineage(id).await?,
+                refused => return Err(refuse::undecided(id, &refused)),
             }
         }
         Err(Error::campaign_not_found(id))

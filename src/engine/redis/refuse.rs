@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use super::link::surely_not_executed;
+use super::scripts::Claimed;
 use super::settings;
 use crate::domain::Error;
 use crate::supervise::Supervisor;
@@ -15,6 +16,31 @@ use crate::supervise::Supervisor;
 /// nothing moving orders into the ledger) or the stock refresher (a stale `sold_out` could
 /// outlive a restock without bound) — has been down longer than this.
 pub const DEPENDENCY_GRACE: Duration = Duration::from_secs(1);
+
+/// Longest a claim waits for Redis (or for its campaign's check, `lineage.rs`) before
+/// answering 503.
+pub(super) const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The answer to a claim the gate decided nothing about (the campaign fenced, not checked on
+/// its Redis Cluster node, or too few replicas in sync): nothing was changed.
+pub fn undecided(campaign: &str, why: &Claimed) -> Error {
+    let why = match why {
+        Claimed::Fenced => {
+            format!("campaign '{campaign}' is being rebuilt from the ledger after Redis lost state")
+        }
+        Claimed::Unchecked => format!(
+            "campaign '{campaign}' moved to another Redis Cluster node that is being checked \
+             against the ledger"
+        ),
+        Claimed::NoReplicas => {
+            "fewer Redis replicas are in sync than --redis-wait-replicas asks for".to_owned()
+        }
+        Claimed::Missing | Claimed::Answer(_) => format!("campaign '{campaign}' is unavailable"),
+    };
+    Error::Unavailable(format!(
+        "{why}; the claim was not processed and nothing was changed, retry later"
+    ))
+}
 
 /// The answer to a claim whose script call failed: "nothing was changed" only when the
 /// script surely did not run (the link refused it while Redis is down, or Redis rejected it

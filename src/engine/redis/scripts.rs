@@ -24,6 +24,10 @@ pub struct Scripts {
     release: Script,
     ack: Script,
     fence: Script,
+    /// A campaign behind the ledger taken out of service (`fresh.rs`, `lineage.rs`).
+    pub(super) drop_stale: Script,
+    /// A campaign's check on a Redis Cluster node (`lineage.rs`).
+    pub(super) lineage: Script,
     /// Confirm, cancel and expiry of pending orders (`holds.rs`).
     pub(super) holds: super::holds::HoldScripts,
 }
@@ -42,6 +46,9 @@ pub enum Claimed {
     Fenced,
     /// Fewer replicas in sync than `--redis-wait-replicas` asks for: nothing was decided.
     NoReplicas,
+    /// Redis Cluster: the node serving the campaign was not checked against the ledger on its
+    /// replication lineage yet (a failover, `lineage.rs`); nothing was decided.
+    Unchecked,
 }
 
 /// Result of a guarded script: applied, refused with the gate's value, or campaign missing.
@@ -109,6 +116,8 @@ impl Default for Scripts {
             release: Script::new(include_str!("lua/release.lua")),
             ack: Script::new(include_str!("lua/ack.lua")),
             fence: Script::new(include_str!("lua/fence.lua")),
+            drop_stale: Script::new(include_str!("lua/drop_stale.lua")),
+            lineage: Script::new(include_str!("lua/lineage.lua")),
             holds: super::holds::HoldScripts::default(),
         }
     }
@@ -126,6 +135,8 @@ impl Scripts {
             &self.release,
             &self.ack,
             &self.fence,
+            &self.drop_stale,
+            &self.lineage,
             &self.holds.confirm,
             &self.holds.cancel,
             &self.holds.expire,

@@ -1,5 +1,5 @@
-//! Opening the scale-out engine, and the start-up reconcile: every campaign of the ledger
-//! brought level in Redis, and every pending order past its `pay_by` expired, before the
+//! Opening the scale-out engine, and the start-up reconcile: every *live* campaign of the
+//! ledger brought level in Redis, and every pending order past its `pay_by` expired, before the
 //! instance serves; the reconcile runs under a lease.
 //!
 //! Several instances often start together (a deploy, a restart of the fleet). Each would
@@ -7,13 +7,27 @@
 //! [`RECONCILE_JOB`] they take turns, and the fence of the last run is kept in PostgreSQL's
 //! `job_fences` (refusing an older holder), so a paused instance cannot redo it behind a
 //! newer one.
+//!
+//! Only live campaigns are rebuilt before serving. A dormant one (closed or past its
+//! `ends_at`, with no pending order: `PgLedger::campaign_liveness`) can sell nothing, yet
+//! rebuilding it costs one Redis write per buyer it ever had, so after Redis lost everything a
+//! restart paid for every order ever sold. Before serving, a dormant campaign Redis still has
+//! only takes the ledger's status (one script call: a gate from an older snapshot may still
+//! say `active` for a campaign the ledger closed, and must never sell from it); one Redis lacks
+//! stays absent. The freshness check that follows drops a dormant gate whose numbering is
+//! behind and does not rebuild it; the catch-up task levels the dormant gates Redis still has
+//! after the instance serves (`fresh.rs`, `catch_up.rs`). A dormant campaign Redis lacks stays
+//! out of Redis: its views and claims are answered from the ledger, and only a keyed claim it
+//! would answer `paused` or an admin change that needs its buyers rebuilds it (`dormant.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
+
 use super::{
     catch_up, fresh, holds, settings, stock, Batcher, RedisConn, RedisLimiter, ScaleOut,
-    ScaleOutOptions, Scripts, CLAIM_TIMEOUT,
+    ScaleOutOptions, Scripts,
 };
 use crate::ledger::PgLedger;
 use crate::pipeline;
@@ -25,8 +39,12 @@ pub const RECONCILE_JOB: &str = "seckill-startup-reconcile";
 /// Lease of one reconcile run, extended in the background while it lasts.
 const LEASE: Duration = Duration::from_secs(30);
 
-/// Reconciles every campaign of the ledger, one instance at a time.
-pub(super) async fn reconcile_all(me: &Arc<ScaleOut>) -> anyhow::Result<()> {
+/// Dormant campaigns given the ledger's status concurrently by the start-up reconcile.
+const AT_ONCE: usize = 16;
+
+/// Reconciles every live campaign of the ledger and gives every dormant one Redis has the
+/// ledger's status, one instance at a time.
+pub(super) async fn reconcile_live(me: &Arc<ScaleOut>) -> anyhow::Result<()> {
     let owner = format!("seckill-{}", std::process::id());
     crate::lock::singleton::run_once(
         &me.locks,
@@ -35,11 +53,31 @@ pub(super) async fn reconcile_all(me: &Arc<ScaleOut>) -> anyhow::Result<()> {
         &owner,
         LEASE,
         |_fence| async {
-            for id in me.ledger.campaign_ids().await? {
-                me.reconcile(&id).await.map_err(|e| {
+            let started = std::time::Instant::now();
+            let campaigns = me
+                .ledger
+                .campaign_liveness(me.dormancy_now().await?)
+                .await?;
+            for id in &campaigns.live {
+                me.reconcile(id).await.map_err(|e| {
                     anyhow::anyhow!("bringing campaign {id} level with the ledger: {e}")
                 })?;
             }
+            futures::stream::iter(&campaigns.dormant)
+                .map(|id| async move {
+                    me.sync_status_or_install(id, false).await.map_err(|e| {
+                        anyhow::anyhow!("giving dormant campaign {id} the ledger's status: {e}")
+                    })
+                })
+                .buffer_unordered(AT_ONCE)
+                .try_collect::<Vec<()>>()
+                .await?;
+            tracing::info!(
+                live = campaigns.live.len(),
+                dormant = campaigns.dormant.len(),
+                took_ms = started.elapsed().as_millis() as u64,
+                "live campaigns reconciled; dormant ones only status-synced before serving"
+            );
             anyhow::Ok(())
         },
     )
@@ -74,7 +112,7 @@ impl ScaleOut {
             scripts.clone(),
             opts.claim_batch,
             (idem_ttl_secs, opts.idempotency_limits),
-            CLAIM_TIMEOUT,
+            super::refuse::CLAIM_TIMEOUT,
         );
         let locks =
             crate::lock::Locks::new(Arc::new(crate::lock::redis::RedisLocks::new(redis.clone())));
@@ -92,10 +130,12 @@ impl ScaleOut {
             locks,
             hold_stats: Default::default(),
             pending_units: Default::default(),
+            lineage: Default::default(),
             me: me.clone(),
         });
-        // Instances starting together reconcile one after the other, under a lease.
-        reconcile_all(&me).await?;
+        // Instances starting together reconcile one after the other, under a lease. Dormant
+        // campaigns are not rebuilt (module docs).
+        reconcile_live(&me).await?;
         let seen = me.check_and_open().await?;
         // Orders whose pay_by passed while no instance was sweeping go back before this one
         // serves its first request.

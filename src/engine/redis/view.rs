@@ -9,6 +9,25 @@ use crate::domain::{CampaignView, ClaimAnswer, Error, HoldsView, Kind, Status};
 use crate::pipeline;
 
 impl ScaleOut {
+    /// The campaign's view: the gate's, or the ledger's for a dormant campaign Redis lacks
+    /// (never rebuilt for a read, dormant.rs); any other campaign Redis lacks is rebuilt.
+    pub(super) async fn view(&self, id: &str) -> Result<CampaignView, Error> {
+        for _ in 0..3 {
+            if let Some(v) = self.gate_view(id).await? {
+                return Ok(v);
+            }
+            let now = self.dormancy_now_for(id).await?;
+            if let Some(state) = self.dormant_in_ledger(id, now).await? {
+                return Ok(state.view());
+            }
+            // Unknown to the ledger too → 404; else rebuilt (Redis may lose it again meanwhile).
+            self.install_from_ledger(id).await?;
+        }
+        Err(Error::Unavailable(format!(
+            "campaign '{id}' keeps disappearing from Redis; retry later"
+        )))
+    }
+
     /// The campaign as the gate holds it; `None` if Redis does not have it.
     pub(super) async fn gate_view(&self, id: &str) -> Result<Option<CampaignView>, Error> {
         let fields: Vec<Option<String>> = self

@@ -67,6 +67,7 @@ proptest! {
                             prop_assert_eq!(r.codes.len() as u64, if codes { qty } else { 0 });
                             active.push(r);
                         }
+                        Decision::Dormant => prop_assert!(false, "a loaded campaign is never dormant"),
                         Decision::Rejected(a) => {
                             prop_assert_eq!(s.remaining, before, "a rejection changed stock");
                             if a.outcome == Outcome::SoldOut {

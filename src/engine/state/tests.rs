@@ -18,6 +18,7 @@ fn outcome(d: &Decision) -> Outcome {
     match d {
         Decision::Rejected(a) => a.outcome,
         Decision::Won(_) => Outcome::Won,
+        Decision::Dormant => panic!("a loaded campaign is never dormant"),
     }
 }
 

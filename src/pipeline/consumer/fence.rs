@@ -66,6 +66,18 @@ impl Consumer {
         metric: &'static str,
     ) -> anyhow::Result<()> {
         self.fence_campaign(&entry.campaign_id).await?;
+        self.record_refused(entry, order_id, reason, metric).await
+    }
+
+    /// Records the order `order_id` carried by `entry` in `failed_orders` as not written, for
+    /// `reason`, and counts it under `metric`.
+    pub(super) async fn record_refused(
+        &mut self,
+        entry: &Entry,
+        order_id: &str,
+        reason: String,
+        metric: &'static str,
+    ) -> anyhow::Result<()> {
         self.ledger
             .record_failed(&FailedOrder {
                 stream_id: entry.stream_id.clone(),
@@ -123,16 +135,7 @@ impl Consumer {
                 let Some(entry) = writes.iter().position(new_order).map(|i| &good[i]) else {
                     continue;
                 };
-                super::refused_metric("reissued");
-                self.ledger
-                    .record_failed(&FailedOrder {
-                        stream_id: entry.stream_id.clone(),
-                        campaign_id: entry.campaign_id.clone(),
-                        order_id: Some(o.order_id.clone()),
-                        payload: entry.payload(),
-                        reason: super::REISSUED.into(),
-                        at: now(),
-                    })
+                self.record_refused(entry, &o.order_id, super::REISSUED.into(), "reissued")
                     .await?;
             }
             let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();

@@ -35,7 +35,8 @@ impl Consumer {
                 continue;
             }
             let (one, this) = (std::slice::from_ref(write), &good[i..=i]);
-            match self.ledger.apply_pipeline(one, fence).await {
+            let origin = [entry.origin()];
+            match self.ledger.apply_read(one, &origin, fence).await {
                 Ok(out) => self.applied(this, one, &out, step).await?,
                 Err(e) => match refused_rule(&e) {
                     Some(rule)
@@ -49,7 +50,7 @@ impl Consumer {
                     }
                     // Nothing older is left now; what was older may have committed after the
                     // refusal, so the write is tried once more first.
-                    Some(rule) => match self.ledger.apply_pipeline(one, fence).await {
+                    Some(rule) => match self.ledger.apply_read(one, &origin, fence).await {
                         Ok(out) => self.applied(this, one, &out, step).await?,
                         Err(again) if refused_rule(&again).is_some() => {
                             self.refused_by_rule(entry, write, rule, &again).await?;

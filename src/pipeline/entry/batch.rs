@@ -73,13 +73,14 @@ impl Entry {
     }
 
     /// The orders of a batch entry, one entry each. The batch is poison as a whole when its
-    /// shared fields are not `at` and an optional `pay_by`, both times, or when a line lacks
-    /// its order id, user or qty; a line whose values are bad is poison alone ([`Entry::order`]).
+    /// shared fields are not `at`, an optional `pay_by` (both times) and an optional `lineage`,
+    /// or when a line lacks its order id, user or qty; a line whose values are bad is poison
+    /// alone ([`Entry::order`]).
     pub(super) fn unpack(&self) -> anyhow::Result<Vec<Entry>> {
         let lines = self.text(ORDERS)?;
         for name in self.fields.keys() {
             anyhow::ensure!(
-                name == ORDERS || name == "at" || name == "pay_by",
+                name == ORDERS || name == "at" || name == "pay_by" || name == super::LINEAGE,
                 "a batch entry carries field {name:?}"
             );
         }
@@ -100,6 +101,7 @@ impl Entry {
                     at,
                     pay_by,
                 }),
+                origin: self.origin.clone(),
             });
         }
         Ok(out)

@@ -16,7 +16,7 @@ crate::conformance!(
     dropped_admin_requests_retried_with_their_key
 );
 
-async fn keyed(app: &App, path: &str, body: Option<Value>, key: &str) -> (u16, Value) {
+pub(crate) async fn keyed(app: &App, path: &str, body: Option<Value>, key: &str) -> (u16, Value) {
     let mut req = app
         .client
         .http()

@@ -40,9 +40,12 @@ pub struct Redis {
     pub orders: Vec<(u8, u8, St)>,
     pub seq: u8,
     pub fenced: bool,
-    /// Unacknowledged stream entries: (entry id, event, read by a consumer).
-    pub stream: Vec<(u8, Ev, bool)>,
+    /// Unacknowledged stream entries: (entry id, event, read by a consumer, lineage of the
+    /// node that wrote it).
+    pub stream: Vec<(u8, Ev, bool, u8)>,
     pub next_id: u8,
+    /// The replication lineage: 0 before the fault, 1 on the node the fault left.
+    pub lineage: u8,
 }
 
 impl Redis {
@@ -77,7 +80,7 @@ impl Redis {
 
     fn push(&mut self, ev: Ev) {
         self.next_id += 1;
-        self.stream.push((self.next_id, ev, false));
+        self.stream.push((self.next_id, ev, false, self.lineage));
     }
 }
 
@@ -99,6 +102,14 @@ pub struct Design {
     pub check_resolutions: bool,
     /// The ledger refuses units beyond the total or the limit, and a second resolution.
     pub ledger_rules: bool,
+    /// After a fault the gate serves nothing before the freshness check ran on the Redis the
+    /// fault left (`fresh.rs`; on a Redis Cluster each campaign on its node's replication
+    /// lineage, `lineage.rs`); false: a Redis Cluster before that check, serving at once.
+    pub check_after_fault: bool,
+    /// The check records in the ledger that the old lineage ends at the new node's last stream
+    /// id, and the pipeline refuses (records as lost) an entry of the old lineage above it
+    /// (`ledger/postgres_lineage.rs`, Redis Cluster only); false: writes whatever it read.
+    pub refuse_left_lineage: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -114,9 +125,13 @@ pub struct State {
     /// the replica still has to apply before it has the answer's).
     pub waiting: Vec<(bool, u8, usize)>,
     pub won: Vec<u8>,
+    /// Wins answered after the fault: (order number, buyer).
+    pub won_after: Vec<(u8, u8)>,
     pub confirmed: Vec<u8>,
-    /// Entries the consumer holds in memory.
-    pub consumer: Vec<(u8, Ev)>,
+    /// Entries the consumer holds in memory: (entry id, event, lineage).
+    pub consumer: Vec<(u8, Ev, u8)>,
+    /// The stream id the old lineage ended at, recorded by the check after the fault.
+    pub left_at: Option<u8>,
     pub ledger: Vec<(u8, u8, St)>,
     pub failed: Vec<u8>,
     pub tries: [u8; BUYERS as usize],
@@ -141,11 +156,12 @@ pub struct Holds {
     pub design: Design,
 }
 
-pub const SAFETY: [&str; 4] = [
+pub const SAFETY: [&str; 5] = [
     "the ledger's live units never exceed the total",
     "a buyer's live units never exceed the limit",
     "a confirm answered 200 is never lost",
     "a won answer is never lost",
+    "a won answered after the fault is that buyer's order",
 ];
 
 impl Holds {
@@ -165,17 +181,40 @@ impl Holds {
     pub fn answer(&self, s: &mut State, won: bool, n: u8) {
         if self.design.wait_replica {
             s.waiting.push((won, n, s.backlog.len()));
-        } else if won {
-            s.won.push(n);
         } else {
+            Self::answered(s, won, n);
+        }
+    }
+
+    /// A win or a confirm answered to its client.
+    pub fn answered(s: &mut State, won: bool, n: u8) {
+        if !won {
             s.confirmed.push(n);
+            return;
+        }
+        s.won.push(n);
+        if s.faulted {
+            if let Some(o) = s.primary.orders.iter().find(|o| o.0 == n) {
+                s.won_after.push((n, o.1));
+            }
         }
     }
 
     /// The pipeline's write of one event into PostgreSQL. A contradiction (an order number
     /// held for another buyer, a unit the rules refuse, a second resolution) is recorded and
     /// fences the campaign until it is rebuilt.
-    pub fn ledger_write(&self, s: &mut State, ev: Ev) {
+    ///
+    /// Returns false for an entry refused as read from the lineage the check left: it is not
+    /// acknowledged, since the node now serving never had it and an entry there may carry the
+    /// same id.
+    pub fn ledger_write(&self, s: &mut State, (id, ev, lineage): (u8, Ev, u8)) -> bool {
+        if self.design.refuse_left_lineage && lineage == 0 && s.left_at.is_some_and(|b| id > b) {
+            // Read from the old master, never on the node now serving: recorded as lost.
+            if let Ev::Order(n, _) = ev {
+                s.failed.push(n);
+            }
+            return false;
+        }
         let rules = self.design.ledger_rules;
         let contradiction = match ev {
             Ev::Order(n, b) => match s.ledger.iter().find(|o| o.0 == n) {
@@ -209,6 +248,7 @@ impl Holds {
             s.failed.push(n);
             Self::write(s, W::Fence);
         }
+        true
     }
 
     pub fn on_its_way(s: &State, ev: Ev) -> bool {

@@ -19,8 +19,10 @@ impl Model for Holds {
             checked: true,
             waiting: vec![],
             won: vec![],
+            won_after: vec![],
             confirmed: vec![],
             consumer: vec![],
+            left_at: None,
             ledger: vec![],
             failed: vec![],
             tries: [0; BUYERS as usize],
@@ -61,7 +63,7 @@ impl Model for Holds {
         // The consumer writes what it read in stream order (no consumer dies in this model,
         // so nothing is reclaimed out of order) and, with the wait, only once the replica has
         // the entry (the pipeline's own `WAIT`; entries share ids on primary and replica).
-        if let Some((id, _)) = s.consumer.iter().min_by_key(|e| e.0) {
+        if let Some((id, _, _)) = s.consumer.iter().min_by_key(|e| e.0) {
             if !self.design.wait_replica || *id <= s.replica.next_id {
                 out.push(Action::Write(*id));
             }
@@ -103,22 +105,19 @@ impl Model for Holds {
             }
             Action::Answer(i) => {
                 let (won, n, _) = s.waiting.remove(i as usize);
-                if won {
-                    s.won.push(n);
-                } else {
-                    s.confirmed.push(n);
-                }
+                Self::answered(&mut s, won, n);
             }
             Action::Read => {
-                let &(id, ev, _) = s.primary.stream.iter().find(|e| !e.2)?;
+                let &(id, ev, _, lineage) = s.primary.stream.iter().find(|e| !e.2)?;
                 Self::write_unreplicated(&mut s, W::Read(id));
-                s.consumer.push((id, ev));
+                s.consumer.push((id, ev, lineage));
             }
             Action::Write(id) => {
                 let at = s.consumer.iter().position(|e| e.0 == id)?;
-                let (id, ev) = s.consumer.remove(at);
-                self.ledger_write(&mut s, ev);
-                Self::write_unreplicated(&mut s, W::Ack(id));
+                let (id, ev, lineage) = s.consumer.remove(at);
+                if self.ledger_write(&mut s, (id, ev, lineage)) {
+                    Self::write_unreplicated(&mut s, W::Ack(id));
+                }
             }
             Action::Snapshot => s.snapshot = Some(s.primary.clone()),
             Action::Fault => {
@@ -133,15 +132,19 @@ impl Model for Holds {
                 if self.design.wait_replica {
                     s.consumer.retain(|e| e.0 <= back.next_id);
                 }
+                let back = Redis { lineage: 1, ..back };
                 s.primary = back.clone();
                 s.replica = back;
                 s.backlog.clear();
                 // Answers still waiting for the replica are 503 "outcome unknown".
                 s.waiting.clear();
                 s.faulted = true;
-                s.checked = false;
+                s.checked = !self.design.check_after_fault;
             }
             Action::FreshnessCheck => {
+                if self.design.refuse_left_lineage {
+                    s.left_at = Some(s.primary.next_id);
+                }
                 let hi = s.ledger.iter().map(|o| o.0).max().unwrap_or(0);
                 let behind = s.primary.seq < hi;
                 let resolved_here = self.design.check_resolutions
@@ -198,6 +201,12 @@ impl Model for Holds {
                         || s.consumer
                             .iter()
                             .any(|e| matches!(e.1, Ev::Order(m, _) if m == *n))
+                })
+            }),
+            Property::always(SAFETY[4], |_, s: &State| {
+                s.won_after.iter().all(|&(n, b)| {
+                    s.ledger.iter().any(|o| o.0 == n && o.1 == b)
+                        || Self::on_its_way(s, Ev::Order(n, b))
                 })
             }),
             Property::sometimes("a confirm answered 200", |_, s: &State| {

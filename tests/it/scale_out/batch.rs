@@ -48,6 +48,7 @@ fn describe(c: &seckill::engine::redis::Claimed, id: &str) -> String {
         seckill::engine::redis::Claimed::Missing => "missing".into(),
         seckill::engine::redis::Claimed::Fenced => "fenced".into(),
         seckill::engine::redis::Claimed::NoReplicas => "replicas".into(),
+        seckill::engine::redis::Claimed::Unchecked => "unchecked".into(),
     }
 }
 

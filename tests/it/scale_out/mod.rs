@@ -8,13 +8,17 @@ mod batch;
 mod cancel;
 mod cancel_outage;
 mod cluster;
+mod cluster_failover;
+mod cluster_frozen;
 mod cluster_outage;
 mod cluster_reset;
+mod dormant;
 mod fail_open;
 mod guards;
 mod holders;
 mod holds_ledger;
 mod ledger_rules;
+mod lineage_bounds;
 mod outages;
 mod pg_refuses;
 mod pipeline;
@@ -32,6 +36,7 @@ mod replica_waits;
 mod sentinel;
 mod sentinel_failover;
 mod sentinel_kill;
+mod stale_ack;
 mod stale_resolutions;
 mod stale_snapshot;
 mod stream_rebuild;
@@ -42,7 +47,7 @@ mod worker_crash;
 use std::collections::{HashMap, HashSet};
 
 use seckill::bench::client::Client;
-use seckill::domain::{ClaimAnswer, Outcome};
+use seckill::domain::{ClaimAnswer, Order, Outcome};
 
 use crate::invariants;
 
@@ -52,6 +57,40 @@ pub fn won_of(answers: &[(String, ClaimAnswer)]) -> Vec<(String, ClaimAnswer)> {
         .iter()
         .filter(|(_, a)| a.outcome == Outcome::Won)
         .cloned()
+        .collect()
+}
+
+/// Consumer `consumer` of the order pipeline's group reads up to `count` new entries of
+/// `stream` and does nothing with them (a consumer that dies holding them).
+pub async fn read_as(
+    conn: &mut impl redis::aio::ConnectionLike,
+    stream: &str,
+    consumer: &str,
+    count: usize,
+) {
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(seckill::engine::redis::GROUP)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// The won answers (`user: order id`) that are not that buyer's order among `orders`.
+pub fn not_their_order(won: &[(String, ClaimAnswer)], orders: &[Order]) -> Vec<String> {
+    let by_id: HashMap<&str, &str> = orders
+        .iter()
+        .map(|o| (o.order_id.as_str(), o.user_id.as_str()))
+        .collect();
+    won.iter()
+        .filter(|(u, a)| by_id.get(a.order_id.as_deref().unwrap()) != Some(&u.as_str()))
+        .map(|(u, a)| format!("{u}: {}", a.order_id.as_deref().unwrap()))
         .collect()
 }
 

@@ -3,6 +3,7 @@
 //! being answered, the orders wait in the stream (no poison, no compensation), and once writes
 //! are allowed again they drain, none lost, none doubled.
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,17 +19,16 @@ use crate::servers::{PgServer, RedisServer};
 
 /// `ALTER SYSTEM` statements, a reload, and every other session cut so they take effect now.
 async fn reconfigure(pg: &PgServer, statements: &[&str]) {
-    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres"))
-        .await
-        .unwrap();
-    // This session is exempt from what it configures.
-    for s in [
-        "SET statement_timeout = 0",
-        "SET default_transaction_read_only = off",
-    ]
-    .iter()
-    .chain(statements)
-    {
+    // This session is exempt from what it configures, from its start: a `SET` sent after
+    // connecting already ran under a 1 ms statement timeout and, on a loaded machine, hit it.
+    let opts = sqlx::postgres::PgConnectOptions::from_str(&pg.url("postgres"))
+        .unwrap()
+        .options([
+            ("statement_timeout", "0"),
+            ("default_transaction_read_only", "off"),
+        ]);
+    let mut conn = sqlx::PgConnection::connect_with(&opts).await.unwrap();
+    for s in statements {
         sqlx::query(s).execute(&mut conn).await.unwrap();
     }
     sqlx::query("SELECT pg_reload_conf()")

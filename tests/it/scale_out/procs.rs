@@ -133,3 +133,23 @@ impl Drop for Seckill {
         self.sigkill();
     }
 }
+
+/// Whether process `pid` is stopped (SIGSTOP).
+pub fn stopped(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name in parentheses.
+    stat.rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('T'))
+}
+
+/// Waits up to `limit` for `done`, failing the test naming `what`.
+pub async fn wait_for(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

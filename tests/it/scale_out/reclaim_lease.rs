@@ -5,14 +5,14 @@
 //! No order is lost or doubled.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seckill::bench::fire;
 use seckill::engine::redis::{Keys, GROUP};
 use seckill::pipeline::RECLAIM_JOB;
 use serde_json::json;
 
-use super::procs::Seckill;
+use super::procs::{stopped, wait_for, Seckill};
 use super::{check_exact, won_of};
 use crate::helpers::settle_url;
 use crate::servers::{pg, RedisServer};
@@ -34,21 +34,6 @@ async fn pending(
     rows.into_iter()
         .map(|(id, owner, _, _)| (id, owner))
         .collect()
-}
-
-fn stopped(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command name in parentheses.
-    stat.rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('T'))
-}
-
-async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The fence a worker logged when it took the reclaim lease (the last one).
@@ -97,18 +82,7 @@ async fn only_the_lease_holder_reclaims_and_a_paused_holder_is_fenced_off() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("crashed")
-        .arg("COUNT")
-        .arg(STRANDED)
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    super::read_as(&mut conn, &stream, "crashed", STRANDED).await;
     let stranded: HashSet<String> = pending(&mut conn, &stream)
         .await
         .into_iter()

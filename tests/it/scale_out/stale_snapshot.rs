@@ -5,7 +5,7 @@
 //! answered after the restart is that buyer's order in PostgreSQL (no reissued order id), no
 //! buyer holds more than the limit, and remaining equals total minus active units.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,15 +165,7 @@ async fn restore_snapshot_taken_k_claims_earlier(k: usize) {
     won.extend(after.iter().cloned());
 
     let orders = clients[0].all_orders(CAMPAIGN).await.unwrap();
-    let by_id: HashMap<&str, &str> = orders
-        .iter()
-        .map(|o| (o.order_id.as_str(), o.user_id.as_str()))
-        .collect();
-    let missing: Vec<String> = won
-        .iter()
-        .filter(|(u, a)| by_id.get(a.order_id.as_deref().unwrap()) != Some(&u.as_str()))
-        .map(|(u, a)| format!("{u}: {}", a.order_id.as_deref().unwrap()))
-        .collect();
+    let missing = super::not_their_order(&won, &orders);
     let ids: HashSet<&str> = won
         .iter()
         .map(|(_, a)| a.order_id.as_deref().unwrap())

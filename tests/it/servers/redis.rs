@@ -92,7 +92,8 @@ impl Drop for RedisServer {
     }
 }
 
-/// Three Redis Cluster masters on loopback ports, slots spread by `redis-cli --cluster create`.
+/// Three Redis Cluster masters on loopback ports (with or without a replica each), slots spread
+/// by `redis-cli --cluster create`.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
@@ -104,7 +105,12 @@ impl RedisCluster {
 
     /// With `extra` redis-server flags on every node (e.g. AOF).
     pub fn start_with(extra: &[&str]) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::create(Self::nodes(3, "5000", extra))
+    }
+
+    /// `n` cluster-enabled servers with this node timeout (ms) and `extra` flags.
+    fn nodes(n: usize, timeout_ms: &str, extra: &[&str]) -> Vec<RedisServer> {
+        (0..n)
             .map(|_| {
                 let mut args = vec![
                     "--cluster-enabled",
@@ -112,13 +118,12 @@ impl RedisCluster {
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "5000",
+                    timeout_ms,
                 ];
                 args.extend_from_slice(extra);
                 RedisServer::start(&args)
             })
-            .collect();
-        Self::create(nodes)
+            .collect()
     }
 
     /// Three masters that announce `announce[i]` as their client port (a proxy in front of
@@ -151,14 +156,69 @@ impl RedisCluster {
         Self::create(nodes)
     }
 
+    /// Three masters, each with one replica (six nodes, `--cluster-replicas 1`), a node timeout
+    /// of 1 s, and `extra` flags on every node; returns once every replica's link is up.
+    pub fn start_with_replicas(extra: &[&str]) -> RedisCluster {
+        let cluster = Self::create_with(Self::nodes(6, "1000", extra), 1);
+        for n in &cluster.nodes {
+            let port = n.port;
+            wait_until("every replica's link", || {
+                redis_raw(port, "INFO replication").is_some_and(|r| {
+                    r.contains("role:master") || r.contains("master_link_status:up")
+                })
+            });
+        }
+        cluster
+    }
+
+    /// The node serving the slot of `key` and its replica, as indexes into `nodes`.
+    pub fn serving(&self, key: &str) -> (usize, usize) {
+        let port = self.nodes[0].port;
+        let slot: u16 = redis_raw(port, &format!("CLUSTER KEYSLOT {key}"))
+            .and_then(|r| r.trim().trim_start_matches(':').parse().ok())
+            .expect("CLUSTER KEYSLOT");
+        let text = redis_raw(port, "CLUSTER NODES").expect("CLUSTER NODES");
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() >= 8)
+            .collect();
+        let port_of = |f: &[&str]| -> u16 {
+            let addr = f[1].split('@').next().unwrap();
+            addr.rsplit(':').next().unwrap().parse().unwrap()
+        };
+        let covers = |range: &str| {
+            let mut ends = range
+                .split('-')
+                .map(|s| s.parse::<u16>().unwrap_or(u16::MAX));
+            let lo = ends.next().unwrap_or(u16::MAX);
+            let hi = ends.next().unwrap_or(lo);
+            lo <= slot && slot <= hi
+        };
+        let master = lines
+            .iter()
+            .find(|f| f[2].contains("master") && f[8..].iter().any(|r| covers(r)))
+            .expect("a master serves the slot");
+        let replica = lines
+            .iter()
+            .find(|f| f[3] == master[0])
+            .expect("the master has a replica");
+        let index = |p: u16| self.nodes.iter().position(|n| n.port == p).unwrap();
+        (index(port_of(master)), index(port_of(replica)))
+    }
+
     fn create(nodes: Vec<RedisServer>) -> RedisCluster {
+        Self::create_with(nodes, 0)
+    }
+
+    fn create_with(nodes: Vec<RedisServer>, replicas: u8) -> RedisCluster {
         let mut cmd = Command::new(find_binary("redis-cli"));
         cmd.arg("--cluster").arg("create");
         for n in &nodes {
             cmd.arg(format!("127.0.0.1:{}", n.port));
         }
         let out = cmd
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli runs");
         assert!(out.status.success(), "cluster create failed: {out:?}");

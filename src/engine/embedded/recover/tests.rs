@@ -172,7 +172,9 @@ async fn streaming_recovery_of_many_campaigns_equals_the_state_before() {
         per_user: usize::MAX,
         per_campaign: usize::MAX,
     };
-    let cells = load_cells(&ledger, &board, ttl, limits, 0).await.unwrap();
+    let cells = load_cells(&ledger, &board, ttl, limits, 0, Utc::now())
+        .await
+        .unwrap();
     assert_eq!(cells.len(), live.len());
     for l in &live {
         let id = &l.state.def.id;
@@ -239,5 +241,6 @@ async fn streaming_recovery_of_many_campaigns_equals_the_state_before() {
     match inner.state.decide(&full, 1, Utc::now()) {
         Decision::Rejected(a) => assert_eq!(a.outcome, Outcome::AlreadyClaimed),
         Decision::Won(_) => panic!("a holder at the limit won again"),
+        Decision::Dormant => panic!("a live campaign was left unloaded"),
     }
 }

@@ -8,6 +8,10 @@
 -- oldest entry still pending (or, with nothing pending, below the newest id acknowledged here)
 -- was delivered and is no longer pending. The acknowledged ids at or above the floor (behind an
 -- entry another consumer still holds, or the newest one itself) are deleted one by one.
+-- Only ids this call really acknowledged count: an id this group never delivered (a consumer
+-- acknowledging what it read from a Redis that has since been replaced: a failover, a restore
+-- from a snapshot) says nothing of this stream, and a floor taken from it would trim entries
+-- nobody has read yet. Each id is acknowledged on its own to know which ones were.
 --
 -- A batch entry of claims.lua holds many orders; its id comes as '<id>+<n>' with n the orders
 -- it holds beyond one, taken off the campaign's packed count when the entry is acknowledged
@@ -19,24 +23,18 @@
 -- ARGV[2…] entry ids, a batch entry's as '<id>+<n>' (at most a few thousand per call)
 -- Returns the number of entries acknowledged.
 
-local ids = {}
-local plain = {}
+local done = {}   -- ids acknowledged by this call
 local packed = 0
-local acked = 0
 for i = 2, #ARGV do
   local id, n = string.match(ARGV[i], '^([^+]+)%+(%d+)$')
-  ids[#ids + 1] = id or ARGV[i]
-  if id then
-    if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
-      acked = acked + 1
-      packed = packed + tonumber(n)
-    end
-  else
-    plain[#plain + 1] = ARGV[i]
+  id = id or ARGV[i]
+  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+    done[#done + 1] = id
+    if n then packed = packed + tonumber(n) end
   end
 end
-if #plain > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(plain)) end
 if packed > 0 then redis.call('DECRBY', KEYS[2], packed) end
+if #done == 0 then return 0 end
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -50,15 +48,15 @@ end
 
 local floor = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
 if not floor then
-  floor = ids[1]
-  for i = 2, #ids do
-    if below(floor, ids[i]) then floor = ids[i] end
+  floor = done[1]
+  for i = 2, #done do
+    if below(floor, done[i]) then floor = done[i] end
   end
 end
 redis.call('XTRIM', KEYS[1], 'MINID', floor)
 local rest = {}
-for i = 1, #ids do
-  if not below(ids[i], floor) then rest[#rest + 1] = ids[i] end
+for i = 1, #done do
+  if not below(done[i], floor) then rest[#rest + 1] = done[i] end
 end
 if #rest > 0 then redis.call('XDEL', KEYS[1], unpack(rest)) end
-return acked
+return #done

@@ -12,14 +12,19 @@
 -- entry), so once one write went through every later write of the batch succeeds too.
 --
 -- KEYS[1] {c:<id>}:meta    hash   id, kind, total, remaining, limit, status, starts, ends,
---                                 hver (holders version), fenced (fence.lua), hold, pending
+--                                 hver (holders version), fenced (fence.lua), hold, pending,
+--                                 checked (lineage.lua)
 -- KEYS[2] {c:<id>}:users   hash   user -> units held
 -- KEYS[3] {c:<id>}:codes   list   code pool, handed out from the head
 -- KEYS[4] {c:<id>}:seq     string last order number
 -- KEYS[5] {c:<id>}:orders  stream one entry per batch with a won claim: at (µs), pay_by (µs,
 --                                 with holds) and orders, one line per won order in arrival
 --                                 order: order_id, user, qty and its codes, tab-separated (user
---                                 ids and codes hold no control characters)
+--                                 ids and codes hold no control characters); on a Redis
+--                                 Cluster also lineage, the node lineage the campaign was
+--                                 checked on (ARGV[5]): the ledger refuses an entry of a
+--                                 lineage the campaign has left, above the stream id it left at
+--                                 (ledger/postgres_lineage.rs)
 -- KEYS[6] {c:<id>}:held    hash   pending orders of a campaign with holds (as in claim.lua)
 -- KEYS[7] {c:<id>}:deadlines zset order_id by pay_by (µs)
 -- KEYS[8] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time
@@ -37,13 +42,18 @@
 --         batch whose WAIT could not succeed never takes stock it cannot answer for. Behind
 --         Sentinel: the count followed by the replicas that may count, as ' host:port' each
 --         (the ones Sentinel would promote first), or 4294967295 while no wait can count
---         (promotable.rs)
+--         (promotable.rs). On a Redis Cluster: 'cluster', and then the batch runs only if the
+--         campaign was checked against the ledger on the replication lineage of the node
+--         serving it now (its 'checked' field equals this node's master_replid, lineage.lua):
+--         a replica promoted after missing writes gets a new lineage, so nothing is decided on
+--         it before the check
 -- ARGV[6…] three per claim, in arrival order: user id, qty (1 … 10^6 in canonical decimal,
 --         validated by the caller), index in KEYS of its Idempotency-Key answer ('0' = no key)
 --
 -- Returns one item per claim, in order: its answer in claim.lua's line format (new or replayed
--- alike: the caller treats both the same), or 'missing' / 'fenced' / 'replicas' (no answer:
--- the campaign is gone / fenced / too few replicas are in sync), which no answer can be, since
+-- alike: the caller treats both the same), or 'missing' / 'fenced' / 'replicas' / 'unchecked'
+-- (no answer: the campaign is gone / fenced / too few replicas are in sync / not checked on
+-- this node's lineage), which no answer can be, since
 -- every answer starts with an outcome's name.
 
 local function int(n) return string.format('%d', n) end
@@ -57,7 +67,7 @@ local function answer(outcome, order_id, qty, remaining, held, codes)
 end
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'starts', 'ends', 'limit', 'remaining', 'kind',
-                    'id', 'fenced', 'hold')
+                    'id', 'fenced', 'hold', 'checked')
 local status = m[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -99,13 +109,17 @@ end
 -- in_sync end
 
 local replicas_short = false
-if tonumber(string.match(ARGV[5], '^%d+')) > 0 then
+local unchecked = false
+if ARGV[5] == 'cluster' then
+  local lineage = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  unchecked = status and m[10] ~= lineage
+elseif tonumber(string.match(ARGV[5], '^%d+')) > 0 then
   replicas_short = not in_sync(ARGV[5], redis.call('INFO', 'replication'))
 end
 
 local n = (#ARGV - 5) / 3
 local held = {}
-if status and not m[8] and not shared and not replicas_short and n > 0 then
+if status and not m[8] and not shared and not replicas_short and not unchecked and n > 0 then
   local users = {}
   for i = 1, n do users[i] = ARGV[3 + 3 * i] end
   local h = redis.call('HMGET', KEYS[2], unpack(users))
@@ -196,6 +210,8 @@ for i = 0, n - 1 do
     out[i + 1] = 'fenced'
   elseif replicas_short then
     out[i + 1] = 'replicas'
+  elseif unchecked then
+    out[i + 1] = 'unchecked'
   else
     local encoded, won = decide(user, qty, qtys)
     if idem then
@@ -213,6 +229,7 @@ if wins > 0 then
   local entry = {'at', int(now)}
   if pay_by then entry[3] = 'pay_by'; entry[4] = pay_by end
   entry[#entry + 1] = 'orders'; entry[#entry + 1] = table.concat(records, '\n')
+  if ARGV[5] == 'cluster' then entry[#entry + 1] = 'lineage'; entry[#entry + 1] = m[10] end
   redis.call('XADD', KEYS[5], '*', unpack(entry))
   if wins > 1 then redis.call('INCRBY', KEYS[9], wins - 1) end
   -- Each winner's final holding (a user who won twice is written twice, with the same value).

@@ -15,14 +15,21 @@
 -- KEYS[7] {c:<id>}:resolved  hash   order_id -> state, resolved_at, then the held lines
 -- KEYS[8] {c:<id>}:orders    stream transition entries (kind, resolved_at, the whole order)
 -- ARGV[1] order id
+-- ARGV[2] 'cluster' on a Redis Cluster: nothing is resolved on a node whose replication lineage
+--         the campaign was not checked on (claims.lua ARGV[5]); answers 'unchecked' with ''.
+--         The transition entry then carries that lineage ('lineage', claims.lua KEYS[5])
 -- Returns {tag, value}: 'confirmed' (now) or 'overdue' (expired now) with the resolved
 -- record; 'resolved' with the record of an earlier resolution; 'none' with the campaign's
 -- hold seconds ('' = a campaign without holds) when the order is not pending here;
 -- 'missing' (campaign not in Redis) or 'fenced' (being rebuilt; nothing changed) with ''.
 
-local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'hold', 'total', 'remaining')
+local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'hold', 'total', 'remaining', 'checked')
 if not m[1] then return {'missing', ''} end
 if m[2] then return {'fenced', ''} end
+if ARGV[2] == 'cluster'
+    and m[6] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  return {'unchecked', ''}
+end
 local id = ARGV[1]
 local done = redis.call('HGET', KEYS[7], id)
 if done then return {'resolved', done} end
@@ -57,6 +64,7 @@ local entry = {'kind', kind, 'resolved_at', int(now), 'order_id', id, 'user', us
 if #f > 4 then
   entry[#entry + 1] = 'codes'; entry[#entry + 1] = table.concat(f, '\n', 5)
 end
+if ARGV[2] == 'cluster' then entry[#entry + 1] = 'lineage'; entry[#entry + 1] = m[6] end
 redis.call('XADD', KEYS[8], '*', unpack(entry))
 if kind == 'expired' then return {'overdue', record} end
 return {'confirmed', record}

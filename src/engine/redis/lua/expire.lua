@@ -7,13 +7,20 @@
 --
 -- KEYS[1…8] as confirm.lua: meta, users, codes, released, held, deadlines, resolved, orders
 -- ARGV[1] most orders expired in this call
+-- ARGV[2] 'cluster' on a Redis Cluster: nothing expires on a node whose replication lineage the
+--         campaign was not checked on (claims.lua ARGV[5]); returns {-2, '', 0, 0, 0} then.
+--         The transition entries then carry that lineage ('lineage', claims.lua KEYS[5])
 -- Returns {n, next, late_sum, late_max, pending}: orders expired now, the earliest pay_by
 -- still pending (µs, '' = none), the sum and maximum of their lateness (TIME − pay_by, µs),
 -- and the units still pending after this call (for the seckill_campaign_pending gauge);
 -- {-1, '', 0, 0, 0} if the campaign is not in Redis or is fenced (nothing changed).
 
-local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'total', 'remaining')
+local m = redis.call('HMGET', KEYS[1], 'id', 'fenced', 'total', 'remaining', 'checked')
 if not m[1] or m[2] then return {-1, '', 0, 0, 0} end
+if ARGV[2] == 'cluster'
+    and m[5] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  return {-2, '', 0, 0, 0}
+end
 local function int(n) return string.format('%d', n) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -41,6 +48,7 @@ for _, id in ipairs(due) do
     if #f > 4 then
       entry[#entry + 1] = 'codes'; entry[#entry + 1] = table.concat(f, '\n', 5)
     end
+    if ARGV[2] == 'cluster' then entry[#entry + 1] = 'lineage'; entry[#entry + 1] = m[5] end
     redis.call('XADD', KEYS[8], '*', unpack(entry))
     local late = now - tonumber(pay_by)
     late_sum = late_sum + late

@@ -93,12 +93,15 @@ async fn snapshot_and_recovery_rebuild_pending_orders_with_their_deadlines() {
         pending: Vec<(u64, String, i64)>,
     }
     impl seckill::ledger::Recovery for Seen {
-        fn campaign(&mut self, c: seckill::ledger::StoredCampaign) -> anyhow::Result<()> {
+        fn campaign(
+            &mut self,
+            c: seckill::ledger::StoredCampaign,
+        ) -> anyhow::Result<seckill::ledger::Wanted> {
             assert_eq!(
-                (c.def.hold_seconds, c.status, c.max_seq),
-                (Some(60), Status::Active, 5)
+                (c.def.hold_seconds, c.status, c.max_seq, c.pending),
+                (Some(60), Status::Active, 5, true)
             );
-            Ok(())
+            Ok(seckill::ledger::Wanted::Everything)
         }
         fn code(&mut self, _: &str, _: String) -> anyhow::Result<()> {
             Ok(())
