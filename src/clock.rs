@@ -109,7 +109,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
-        crate::domain::now()
+        now()
     }
 }
 
@@ -134,13 +134,23 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        crate::domain::now() + TimeDelta::microseconds(self.offset_us.load(Ordering::Acquire))
+        now() + TimeDelta::microseconds(self.offset_us.load(Ordering::Acquire))
     }
 }
 
 /// The clock a deployment uses; the system clock unless a test injects one.
 pub fn system() -> Arc<dyn Clock> {
     Arc::new(SystemClock)
+}
+
+/// The current time as seckill keeps it ([`steady`]: a step of the system clock moves no
+/// deadline), truncated to the microseconds every ledger stores, so an answer built from
+/// memory equals the same value read back from the ledger.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::DurationRound;
+    let t = steady();
+    t.duration_trunc(chrono::TimeDelta::microseconds(1))
+        .unwrap_or(t)
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 //!
 //! The library holds everything; `main.rs` only parses the command line and calls [`cli::run`].
 
+pub mod app;
 pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod duration;
 pub mod engine;
 pub mod faults;
 #[doc(hidden)]

@@ -42,6 +42,14 @@ pub struct Supervisor {
     handles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("tasks", &self.down.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Supervisor {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {

@@ -19,6 +19,7 @@
 pub mod client;
 pub mod conn;
 pub mod drain;
+pub mod event_spec;
 pub mod events;
 pub mod fire;
 pub mod html;
@@ -49,7 +50,7 @@ pub use verify::{Evidence, Invariant, Violation};
 use crate::bench::client::Client;
 use crate::domain::Kind;
 use conn::Endpoint;
-use events::Action;
+use event_spec::Action;
 use scenario::Plan;
 use storm::{Live, StormConfig};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::events::EventSpec;
+use super::event_spec::EventSpec;
 use super::opts::{BenchOpts, Pick, QtyRange, ScenarioName};
 
 /// What the bench sells when it creates its own campaign.

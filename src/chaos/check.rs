@@ -18,18 +18,10 @@
 //!   status 1 after logging why (a dependency unreachable at start), which a supervisor
 //!   restarts and the campaign counts.
 
-use serde::Serialize;
-
 use super::cluster::Cluster;
 use super::excuse::Excused;
+use super::finding::{finding, Finding};
 use crate::bench::BenchReport;
-
-/// One broken promise.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub what: String,
-    pub orders: Vec<String>,
-}
 
 /// Every finding of one schedule (empty: clean).
 pub async fn verdict(
@@ -104,11 +96,4 @@ pub async fn verdict(
     }
     out.extend(crashes.into_iter().map(finding));
     out
-}
-
-fn finding(what: String) -> Finding {
-    Finding {
-        what,
-        orders: vec![],
-    }
 }

@@ -39,6 +39,7 @@ use super::sentinel;
 
 mod layout;
 
+pub use super::servers::Fsync;
 use super::servers::{create_db, redis_ready};
 use super::shards;
 
@@ -46,14 +47,6 @@ pub const ADMIN_TOKEN: &str = "chaos-admin-token";
 
 /// Orders left unacknowledged this long by a consumer are taken over by the other one.
 pub const RECLAIM_AFTER_MS: u64 = 2_000;
-
-/// Redis's AOF fsync policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fsync {
-    Always,
-    Everysec,
-}
 
 pub struct Cluster {
     pub deployment: Deployment,

@@ -16,8 +16,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::check::Finding;
 use super::cluster::Cluster;
+use super::finding::Finding;
 use super::ledger::Row;
 use crate::bench::storm::Keyed;
 use crate::domain::Outcome;

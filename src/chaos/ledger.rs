@@ -13,9 +13,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::check::Finding;
 use super::cluster::Cluster;
-use crate::bench::events::{Action, EventRecord, UNANSWERED};
+use super::finding::Finding;
+use crate::bench::event_spec::Action;
+use crate::bench::events::{EventRecord, UNANSWERED};
 use crate::bench::{BenchReport, Win};
 
 /// One order row as the ledger holds it.

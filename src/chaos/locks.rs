@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::check::Finding;
+use super::finding::Finding;
 use crate::lock::http::HttpLocks;
 use crate::lock::{fenced, Attempt, LockBackend, LockError};
 

@@ -26,6 +26,7 @@ pub mod clock;
 pub mod cluster;
 pub mod disk;
 pub mod excuse;
+pub mod finding;
 pub mod keys;
 pub mod ledger;
 pub mod locks;
@@ -35,7 +36,9 @@ pub mod proxy;
 pub mod rewind;
 pub mod schedule;
 pub mod sentinel;
+pub mod sentinel_faults;
 pub mod servers;
+pub mod shard_faults;
 pub mod shards;
 mod totals;
 
@@ -75,7 +78,7 @@ pub struct ChaosOpts {
     pub first: u64,
 
     /// Storm length of each schedule; faults all happen in its first 80%.
-    #[arg(long, value_parser = crate::bench::opts::parse_duration, default_value = "20s")]
+    #[arg(long, value_parser = crate::duration::parse, default_value = "20s")]
     pub storm: Duration,
 
     /// Faults per schedule (Sentinel: and up to two more on a replica).
@@ -175,7 +178,7 @@ async fn one(
     s: &Schedule,
     opts: &ChaosOpts,
     totals: &mut Totals,
-) -> anyhow::Result<Vec<check::Finding>> {
+) -> anyhow::Result<Vec<finding::Finding>> {
     let cluster = Cluster::start(
         s.deployment,
         s.replicas,

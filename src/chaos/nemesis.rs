@@ -116,7 +116,7 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
     applied.injected_s = Some(since(start));
     let result = match (fault.kind, slot.as_mut()) {
         (kind, _) if fault.target == Target::Primary => {
-            super::sentinel::fault(cluster, kind, fault.hold)
+            super::sentinel_faults::fault(cluster, kind, fault.hold)
                 .await
                 .map(|(moved, note)| {
                     tracing::info!(%fault, %note, "Sentinel fault done");
@@ -125,7 +125,7 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                 })
         }
         (kind, _) if fault.target == Target::Master => {
-            super::shards::fault(cluster, kind, fault.hold)
+            super::shard_faults::fault(cluster, kind, fault.hold)
                 .await
                 .map(|(moved, window, note)| {
                     tracing::info!(%fault, %note, "Cluster fault done");
@@ -135,7 +135,7 @@ async fn one(cluster: &Cluster, fault: Fault, start: Instant, cutoff: Duration) 
                 })
         }
         (kind, _) if fault.target == Target::Replica => {
-            super::sentinel::replica_fault(cluster, kind, fault.hold)
+            super::sentinel_faults::replica_fault(cluster, kind, fault.hold)
                 .await
                 .map(|note| applied.note = Some(note))
         }

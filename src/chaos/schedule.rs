@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::bench::events::{Action, EventSpec, When};
+use crate::bench::event_spec::{Action, EventSpec, When};
 
 mod fault;
 

@@ -7,8 +7,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::cluster::Fsync;
 use super::procs::{find_binary, postgres_user, Spec};
+
+/// Redis's AOF fsync policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fsync {
+    Always,
+    Everysec,
+}
 
 pub async fn redis_ready(port: u16) -> bool {
     let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {

@@ -33,7 +33,8 @@ pub async fn run(opts: DemoOpts) -> anyhow::Result<ExitCode> {
     );
     let dir = tempfile::tempdir()?;
     let token = hex::encode(rand::random::<[u8; 16]>());
-    let server = super::start(ServeConfig::ephemeral(dir.path().to_owned(), &token)).await?;
+    let server =
+        crate::app::App::build(ServeConfig::ephemeral(dir.path().to_owned(), &token)).await?;
     let client = Client::new(&server.url(), &token);
     client
         .create_campaign(&json!({"id": "demo-coupons", "stock": opts.stock, "per_user_limit": 1}))

@@ -10,13 +10,12 @@
 //! already have sent a write, which the fence makes the resource refuse.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::guard::secret::Secret;
+use super::lock_target::LockTarget;
 use crate::lock::{Attempt, LeaseGuard, Locks};
 
 /// Exit status when the lock is still held by another owner after `--wait`.
@@ -34,125 +33,27 @@ pub enum LockCommand {
     Bench(super::lock_bench::BenchOpts),
 }
 
-/// Where the locks are.
-#[derive(Debug, Clone, Args)]
-pub struct LockTarget {
-    /// A running seckill (its /v1/locks routes, with the admin token).
-    #[arg(long, env = "SECKILL_URL")]
-    pub url: Option<String>,
-    /// Admin token of the server at --url.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<Secret>,
-    /// Redis directly: one node, Cluster seed nodes, or Sentinels with --redis-sentinel.
-    #[arg(
-        long,
-        env = "SECKILL_REDIS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub redis: Vec<String>,
-    /// The --redis URLs are Sentinels; lock on the primary they call this name.
-    #[arg(long, env = "SECKILL_REDIS_SENTINEL")]
-    pub redis_sentinel: Option<String>,
-    /// Speak the Cluster protocol with a single --redis seed URL.
-    #[arg(long, env = "SECKILL_REDIS_CLUSTER")]
-    pub redis_cluster: bool,
-    /// Independent Redis masters for Redlock (comma-separated, e.g. three).
-    #[arg(
-        long,
-        env = "SECKILL_LOCK_REDIS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub lock_redis: Vec<String>,
-    /// The embedded store of a data directory no server is using.
-    #[arg(long, env = "SECKILL_DATA")]
-    pub data: Option<std::path::PathBuf>,
-}
-
-impl LockTarget {
-    /// Opens the one store the flags name.
-    pub async fn open(&self) -> anyhow::Result<Locks> {
-        let chosen = [
-            self.url.is_some(),
-            !self.redis.is_empty(),
-            !self.lock_redis.is_empty(),
-            self.data.is_some(),
-        ];
-        anyhow::ensure!(
-            chosen.iter().filter(|c| **c).count() == 1,
-            "name exactly one lock store: --url, --redis, --lock-redis or --data"
-        );
-        if let Some(url) = &self.url {
-            let token = self
-                .admin_token
-                .as_ref()
-                .context("--url needs --admin-token (or SECKILL_ADMIN_TOKEN)")?;
-            let http = crate::lock::http::HttpLocks::new(url, token.expose());
-            return Ok(Locks::new(Arc::new(http)));
-        }
-        if !self.redis.is_empty() {
-            let target = crate::engine::redis::RedisTarget {
-                urls: self.redis.clone(),
-                cluster: self.redis_cluster,
-                sentinel_master: self.redis_sentinel.clone(),
-            };
-            let conn = crate::engine::redis::RedisConn::connect(&target).await?;
-            let store = crate::lock::redis::RedisLocks::new(conn);
-            return Ok(Locks::new(Arc::new(store)));
-        }
-        if !self.lock_redis.is_empty() {
-            let store = crate::lock::redlock::Redlock::new(&self.lock_redis)?;
-            return Ok(Locks::new(Arc::new(store)));
-        }
-        let dir = self.data.as_ref().expect("checked above");
-        let ledger = crate::ledger::SqliteLedger::open(dir, true).await?;
-        let store = crate::lock::embedded::EmbeddedLocks::new(Arc::new(ledger));
-        Ok(Locks::new(Arc::new(store)))
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct RunOpts {
     /// The lock name (1–64 of A-Z a-z 0-9 _ -).
     pub name: String,
     /// Lease TTL: `30s`, `500ms`, `2m` or milliseconds; extended every third of it.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse)]
     pub ttl: Duration,
     /// How long to wait for the lock; unset waits as long as it takes, `0` does not wait.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = crate::duration::parse)]
     pub wait: Option<Duration>,
     /// Owner recorded with the lease (default: host name and process id).
     #[arg(long)]
     pub owner: Option<String>,
     /// Grace between SIGTERM and SIGKILL when the command must stop.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::duration::parse)]
     pub kill_after: Duration,
     #[command(flatten)]
     pub target: LockTarget,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
-}
-
-/// `30s`, `500ms`, `2m`, `1h` or a plain number of milliseconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "ms"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 30s, 500ms, 2m"))?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
-    };
-    Ok(Duration::from_millis(ms))
 }
 
 pub async fn run(cmd: LockCommand) -> anyhow::Result<ExitCode> {
@@ -265,22 +166,4 @@ fn default_owner() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".to_owned());
     format!("{host}:{}", std::process::id())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_take_units_or_plain_milliseconds() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250"), Ok(Duration::from_millis(250)));
-        for bad in ["", "s", "-1s", "1.5s", "10d", "ten"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
-    }
 }

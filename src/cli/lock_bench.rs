@@ -14,7 +14,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 
-use super::lock::{parse_duration, LockTarget};
+use super::lock_target::LockTarget;
 use crate::lock::Attempt;
 
 #[derive(Debug, Args)]
@@ -28,7 +28,7 @@ pub struct BenchOpts {
     #[arg(short = 'c', long, default_value_t = 8)]
     pub concurrency: u64,
     /// Lease TTL of each grant.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse)]
     pub ttl: Duration,
     /// One JSON object instead of the text report.
     #[arg(long)]

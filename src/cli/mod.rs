@@ -6,15 +6,13 @@ mod chaos;
 mod demo;
 pub mod lock;
 mod lock_bench;
-mod scale;
+mod lock_target;
 mod serve;
 mod sign_user;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-pub use serve::{start, Running};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -90,7 +88,7 @@ pub fn main() -> ExitCode {
             Command::Serve(cfg) => serve::run(*cfg).await,
             Command::Demo(opts) => demo::run(opts).await,
             Command::SignUser(opts) => sign_user::run(opts),
-            Command::Worker(cfg) => scale::run_worker(cfg).await,
+            Command::Worker(cfg) => serve::run_worker(cfg).await,
             Command::Bench(opts) => bench::run(*opts).await,
             Command::Lock(cmd) => lock::run(cmd).await,
             Command::Chaos(opts) => chaos::run(*opts).await,

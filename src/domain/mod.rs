@@ -24,12 +24,4 @@ pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
 pub use refused::{RefusedOrder, RefusedOrders};
 pub use validate::{validate_campaign_id, validate_user_id};
 
-/// The current time as seckill keeps it ([`crate::clock::steady`]: a step of the system
-/// clock moves no deadline), truncated to the microseconds every ledger stores, so an answer
-/// built from memory equals the same value read back from the ledger.
-pub fn now() -> chrono::DateTime<chrono::Utc> {
-    use chrono::DurationRound;
-    let t = crate::clock::steady();
-    t.duration_trunc(chrono::TimeDelta::microseconds(1))
-        .unwrap_or(t)
-}
+pub use crate::clock::now;

@@ -4,16 +4,12 @@
 //! gate, PostgreSQL ledger, order stream) both implement [`Backend`]; the router, the CLI and
 //! the conformance tests only ever see this trait, which keeps the two behaviours identical.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 
 use crate::domain::{
     AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
     NewCampaign, Order, OrderPage, OrderQuery, RefusedOrders, Restock, Status,
 };
-use crate::guard::rate::RateLimiter;
-use crate::guard::soldout::StockBoard;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -115,39 +111,8 @@ pub trait Backend: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// The stock board this backend keeps current (see `guard::soldout` for the contract a
-    /// backend must meet to publish one). `None` turns off the sold-out fast path and the
-    /// admission gate, which is always safe.
-    fn stock_board(&self) -> Option<Arc<StockBoard>> {
-        None
-    }
-
-    /// The rate limiter shared by every instance of this deployment; `None` keeps the buckets
-    /// in process (right when there is one instance).
-    fn rate_limiter(&self) -> Option<Arc<dyn RateLimiter>> {
-        None
-    }
-
-    /// How often an instance re-reads every campaign's limits from the shared store, so a
-    /// `PUT …/limits` through another instance applies here too; `None` when this process is
-    /// the only writer.
-    fn limits_refresh(&self) -> Option<std::time::Duration> {
-        None
-    }
-
-    /// The supervisor of this backend's background tasks, which also runs the server's own
-    /// (the limits re-reader); `None` spawns them unsupervised.
-    fn supervisor(&self) -> Option<Arc<crate::supervise::Supervisor>> {
-        None
-    }
-
     /// Extra facts `/healthz` shows (healthy or not), e.g. the settings of a store.
     fn health_details(&self) -> Option<serde_json::Value> {
-        None
-    }
-
-    /// The lock service of this deployment (`/v1/locks`, `seckill::lock`); `None`: no locks.
-    fn locks(&self) -> Option<crate::lock::Locks> {
         None
     }
 

@@ -46,10 +46,15 @@ fn world() -> &'static World {
             .expect("the embedded engine opens");
         // The guards start their sweeper task on construction.
         let entered = rt.enter();
+        let opts = HttpOptions {
+            locks: Some(backend.locks()),
+            ..HttpOptions::default()
+        };
         let router = router(
             backend.clone(),
+            backend.board(),
             AdminToken::new(TOKEN),
-            &HttpOptions::default(),
+            &opts,
         );
         drop(entered);
         let world = World {

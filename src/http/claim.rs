@@ -24,7 +24,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Body, IdemHeader, PathArg};
 use super::guarded::{timed_out, within};
 use super::handlers::CAMPAIGN_ID;
-use super::openapi::RateLimited;
+use super::rate_limited::RateLimited;
 use super::AppState;
 use crate::domain::{ClaimAnswer, ClaimRequest, Outcome};
 use crate::guard::identity::{self, IdentityError};

@@ -43,8 +43,8 @@ use tower::{Layer, Service, ServiceExt};
 use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::trace::OnFailure;
 
-use super::listener::ends_with;
 use super::timed_body::TimedBody;
+use super::watchdog::ends_with;
 use super::watchdog::{Clock, InFlight};
 use super::AppState;
 

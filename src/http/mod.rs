@@ -25,6 +25,7 @@ pub mod listener;
 mod locks;
 pub mod openapi;
 mod openapi_rules;
+mod rate_limited;
 mod refusals;
 mod timed;
 mod timed_body;
@@ -46,6 +47,7 @@ pub use fast::FastClaims;
 pub use listener::ConnLimits;
 
 use crate::engine::backend::Backend;
+use crate::guard::soldout::StockBoard;
 use crate::guard::{GuardSettings, Guards};
 
 /// The admin bearer token. Never printed by `Debug`.
@@ -81,7 +83,8 @@ pub struct HttpOptions {
     pub max_admin_body: usize,
     /// Largest body of every other route.
     pub max_body: usize,
-    /// The lock service of `/v1/locks` when it is not the backend's own (`--lock-redis`).
+    /// The lock service of `/v1/locks` (none: 404): the deployment's own, or Redlock
+    /// (`--lock-redis`).
     pub locks: Option<crate::lock::Locks>,
     /// Serve the claim route before the router on the public listener (`fast`); off, every
     /// request goes through the router (the tests compare the two).
@@ -117,9 +120,13 @@ pub struct Routers {
 }
 
 /// All routes of the API over `backend` on one listener, with default guards (only
-/// shedding and the request timeout on; see [`GuardSettings`]).
-pub fn router(backend: Arc<dyn Backend>, admin_token: AdminToken, opts: &HttpOptions) -> Router {
-    let board = backend.stock_board().unwrap_or_default();
+/// shedding and the request timeout on; see [`GuardSettings`]) answering from `board`.
+pub fn router(
+    backend: Arc<dyn Backend>,
+    board: Arc<StockBoard>,
+    admin_token: AdminToken,
+    opts: &HttpOptions,
+) -> Router {
     let guards =
         Guards::new(GuardSettings::default(), board).expect("default guard settings are valid");
     routers(backend, admin_token, opts, guards, false).public
@@ -136,7 +143,7 @@ pub fn routers(
 ) -> Routers {
     use handlers::*;
     let big = DefaultBodyLimit::max(opts.max_admin_body);
-    let locks = opts.locks.clone().or_else(|| backend.locks());
+    let locks = opts.locks.clone();
     let state = AppState {
         backend,
         admin_token,

@@ -22,6 +22,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
 use super::health::{self, Health, HealthStatus};
+pub use super::rate_limited::{rate_limited_response, RateLimited};
 use super::{claim, guarded, locks};
 use super::{dashboard, handlers};
 use crate::domain::{
@@ -203,54 +204,6 @@ fn error_response(description: &str, status: &str) -> RefOr<utoipa::openapi::Res
         );
     }
     r.build().into()
-}
-
-/// The answers a 429 carries: `Retry-After` and the `RateLimit-*` headers of the limit that
-/// refused (`RateLimit-Limit` and `RateLimit-Policy` when the limit has a rate).
-pub fn rate_limited_response() -> utoipa::openapi::Response {
-    let string = || utoipa::openapi::schema::Type::String;
-    let int = || utoipa::openapi::schema::Type::Integer;
-    let h = |ty: utoipa::openapi::schema::Type, d: &str| {
-        HeaderBuilder::new()
-            .schema(Some(utoipa::openapi::ObjectBuilder::new().schema_type(ty)))
-            .description(Some(d))
-            .build()
-    };
-    ResponseBuilder::new()
-        .description("Refused by a rate limit before it was processed; nothing changed.")
-        .content(
-            "application/json",
-            ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("ErrorBody")))
-                .build(),
-        )
-        .header("Retry-After", h(int(), "Seconds until a claim is allowed."))
-        .header("RateLimit-Remaining", h(int(), "Always 0 on a refusal."))
-        .header(
-            "RateLimit-Reset",
-            h(int(), "Seconds until the limit is fully reset."),
-        )
-        .header(
-            "RateLimit-Limit",
-            h(int(), "Claims per window of the refusing limit."),
-        )
-        .header(
-            "RateLimit-Policy",
-            h(
-                string(),
-                "`N;w=SECONDS;burst=B;comment=\"LABEL\"` of the refusing limit.",
-            ),
-        )
-        .build()
-}
-
-/// A 429 as `#[utoipa::path(responses(...))]` takes it.
-pub struct RateLimited;
-
-impl utoipa::IntoResponses for RateLimited {
-    fn responses() -> std::collections::BTreeMap<String, RefOr<utoipa::openapi::Response>> {
-        [("429".to_owned(), rate_limited_response().into())].into()
-    }
 }
 
 /// The serialised document, built once per process.

@@ -245,6 +245,37 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// The request counts as in progress until hyper has written (and dropped) the body.
+pub(super) fn ends_with(
+    resp: axum::response::Response,
+    in_flight: InFlight,
+) -> axum::response::Response {
+    resp.map(|b| axum::body::Body::new(EndsWith(b, in_flight)))
+}
+
+/// A response body that holds its request's [`InFlight`] until dropped.
+struct EndsWith(axum::body::Body, #[allow(dead_code)] InFlight);
+
+impl hyper::body::Body for EndsWith {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.0.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 //! deployment on the same database or a bug sold the same units twice and the ledger took
 //! them. Now each ledger refuses, in the transaction that would write it, a state the
 //! guarantees forbid (PostgreSQL: migration 0007's triggers; SQLite: migration 0008's triggers and
-//! constraints, and the writer's counts of each batch's new orders, `sqlite_live`):
+//! constraints, and the writer's counts of each batch's new orders, `sqlite::live`):
 //!
 //! | rule | what it refuses |
 //! | --- | --- |

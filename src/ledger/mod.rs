@@ -3,7 +3,7 @@
 //! A ledger applies batches of [`LedgerWrite`]s, each batch in one transaction, and answers the
 //! read queries of the API. In the scale-out ledger, where the pipeline can deliver an order
 //! twice, order inserts are idempotent on the order id; the embedded ledger never replays, so
-//! there an existing order id is a fault (see `sqlite_writer`).
+//! there an existing order id is a fault (see `sqlite::writer`).
 
 pub mod admin_keys;
 mod dir_lock;
@@ -11,32 +11,21 @@ mod group_commit;
 pub mod invariants;
 mod migrations;
 mod postgres;
-mod postgres_holds;
-mod postgres_lineage;
-mod postgres_liveness;
-mod postgres_ops;
-mod postgres_pipeline;
-mod postgres_recovery;
 pub(crate) mod rows;
 mod sqlite;
-mod sqlite_holds;
-mod sqlite_live;
-mod sqlite_locks;
-mod sqlite_recovery;
-mod sqlite_writer;
-mod sqlite_writes;
 
 pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
+pub use postgres::entries::PipelineWrite;
+pub use postgres::holds::{Applied, Transition};
+pub use postgres::lineage::{stream_pos, NodeRead, Origin, Recorded, StreamPos, Verdict};
+pub use postgres::liveness::Liveness;
+pub use postgres::ops::{is_data_error, FailedOrder, Restocked};
+pub use postgres::pipeline::PipelineOutcome;
+pub use postgres::recovery::{GateSnapshot, PendingOrder};
 pub use postgres::PgLedger;
-pub use postgres_holds::{Applied, Transition};
-pub use postgres_lineage::{stream_pos, NodeRead, Origin, Recorded, StreamPos, Verdict};
-pub use postgres_liveness::Liveness;
-pub use postgres_ops::{is_data_error, FailedOrder, Restocked};
-pub use postgres_pipeline::{PipelineOutcome, PipelineWrite};
-pub use postgres_recovery::{GateSnapshot, PendingOrder};
+pub use sqlite::writer::WriteFault;
 pub use sqlite::SqliteLedger;
-pub use sqlite_writer::WriteFault;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -8,7 +8,7 @@
 //! never wait on the lease. The entries go to PostgreSQL in one transaction, in stream order
 //! (`PgLedger::apply_pipeline`): new orders with `ON CONFLICT DO NOTHING` on the order id, so an
 //! entry delivered twice is harmless, and transitions of pending orders (campaigns with holds)
-//! as self-contained upserts (`ledger/postgres_holds.rs`; a transition the ledger contradicts
+//! as self-contained upserts (`ledger/postgres/holds.rs`; a transition the ledger contradicts
 //! is recorded and acknowledged, `consumer/holds.rs`); the entries are acknowledged and deleted
 //! only after the commit. If PostgreSQL is
 //! unreachable nothing is acknowledged: the streams buffer, and the next step retries.
@@ -105,7 +105,7 @@ pub const REISSUED: &str = "the ledger already holds a different order under thi
                             lagging replica took over)";
 
 /// The `failed_orders.reason` of an entry read from a Redis Cluster node its campaign has
-/// left, that the node serving it now never had (`ledger/postgres_lineage.rs`).
+/// left, that the node serving it now never had (`ledger/postgres/lineage.rs`).
 pub const LOST: &str = "read from a Redis Cluster node before a failover that lost it: the \
                         replica promoted in its place never had it, and the campaign was \
                         checked against the ledger without it";

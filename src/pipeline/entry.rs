@@ -43,7 +43,7 @@ pub struct Entry {
     /// largest cost of moving a won order into the ledger.
     line: Option<Line>,
     /// On a Redis Cluster: the lineage of the node that wrote the entry (its `lineage` field)
-    /// and the entry's stream id (`ledger/postgres_lineage.rs`).
+    /// and the entry's stream id (`ledger/postgres/lineage.rs`).
     origin: Option<Origin>,
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 pub use consumer::{Consumer, Step, LEDGER_RULE, LOST, RECLAIM_JOB, REISSUED};
 pub use entry::Entry;
 
-use crate::engine::redis::{Health, Keys, RedisConn, RedisTarget, Scripts};
+use crate::engine::redis::{Health, RedisConn, RedisTarget, Scripts};
 use crate::ledger::PgLedger;
 use crate::supervise::Supervisor;
 
@@ -59,23 +59,6 @@ pub fn default_consumer_name() -> String {
         std::process::id(),
         hex::encode(rand::random::<[u8; 3]>())
     )
-}
-
-/// Orders waiting in the streams of `campaigns` (won, not yet in the ledger).
-pub async fn lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for id in campaigns {
-        let k = Keys::new(id);
-        let (entries, packed): (u64, Option<i64>) = redis::pipe()
-            .cmd("XLEN")
-            .arg(k.orders())
-            .cmd("GET")
-            .arg(k.packed())
-            .query_async(conn)
-            .await?;
-        total += entries + packed.unwrap_or(0).max(0) as u64;
-    }
-    Ok(total)
 }
 
 /// The supervised task name of the in-process consumer.

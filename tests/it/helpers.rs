@@ -21,7 +21,7 @@ pub enum Deploy {
 /// A running deployment and a client for it.
 pub struct App {
     pub client: Client,
-    server: Option<seckill::cli::Running>,
+    server: Option<seckill::app::App>,
     _dir: tempfile::TempDir,
     /// Scale-out: the Redis URLs and the PostgreSQL database URL of the deployment.
     pub redis: Vec<String>,
@@ -51,7 +51,7 @@ impl App {
                 cfg.scale.redis = urls.clone();
                 cfg.scale.postgres = Some(postgres.clone());
                 cfg.scale.pipeline.pg_connections = 4;
-                let server = seckill::cli::start(cfg.clone())
+                let server = seckill::app::App::build(cfg.clone())
                     .await
                     .expect("scale-out server starts");
                 App {
@@ -72,7 +72,7 @@ impl App {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cfg = ServeConfig::ephemeral(dir.path().into(), TOKEN);
         tune(&mut cfg);
-        let server = seckill::cli::start(cfg.clone())
+        let server = seckill::app::App::build(cfg.clone())
             .await
             .expect("embedded server starts");
         App {
@@ -165,7 +165,7 @@ impl App {
 
     /// Starts the server again on the data of the one [`App::stop_keep`] stopped.
     pub async fn start_again(&mut self) {
-        let server = seckill::cli::start(self.cfg.clone())
+        let server = seckill::app::App::build(self.cfg.clone())
             .await
             .expect("server restarts");
         self.client = Client::new(&server.url(), TOKEN);

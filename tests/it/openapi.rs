@@ -66,10 +66,15 @@ async fn embedded_router() -> (axum::Router, tempfile::TempDir) {
     let backend = Embedded::open(EmbeddedOptions::new(dir.path()))
         .await
         .expect("embedded engine opens");
+    let opts = HttpOptions {
+        locks: Some(backend.locks()),
+        ..HttpOptions::default()
+    };
     let router = seckill::http::router(
-        backend as Arc<dyn seckill::engine::backend::Backend>,
+        backend.clone() as Arc<dyn seckill::engine::backend::Backend>,
+        backend.board(),
         AdminToken::new(TOKEN),
-        &HttpOptions::default(),
+        &opts,
     );
     (router, dir)
 }

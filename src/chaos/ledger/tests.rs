@@ -93,7 +93,7 @@ fn resolutions_are_held_to_the_deadline_and_the_answers() {
 }
 
 fn restock(units: u64, ok: bool, detail: &str) -> EventRecord {
-    use crate::bench::events::{EventSpec, When};
+    use crate::bench::event_spec::{EventSpec, When};
     EventRecord {
         spec: EventSpec {
             when: When::After(1.0),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::domain::{CampaignView, Status};
+use crate::domain::{CampaignView, Error, Order, Status};
 use crate::engine::idempotency::{IdemLimits, IdemSlots};
 use crate::engine::state::CampaignState;
 use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
@@ -15,11 +15,18 @@ pub(super) struct Inner {
     pub(super) idem: IdemSlots,
 }
 
+/// One confirm waiting for its campaign's next batch (`confirm.rs`).
+pub(super) struct QueuedConfirm {
+    pub(super) order_id: String,
+    pub(super) seq: u64,
+    pub(super) reply: tokio::sync::oneshot::Sender<Result<Order, Error>>,
+}
+
 pub(super) struct Cell {
     pub(super) inner: Mutex<Inner>,
     pub(super) admin: tokio::sync::Mutex<()>,
     /// Confirms waiting for the next batch (`confirm.rs`), decided under `admin`.
-    pub(super) confirms: Mutex<Vec<super::confirm::Queued>>,
+    pub(super) confirms: Mutex<Vec<QueuedConfirm>>,
     /// This campaign on the guard's stock board; written under `inner`'s lock.
     pub(super) signal: Arc<StockEntry>,
     /// The group commit's epoch this state was built in; every write decided on it is

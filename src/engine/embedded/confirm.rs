@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use tokio::sync::oneshot;
 
-use super::cell::Cell;
+use super::cell::{Cell, QueuedConfirm};
 use super::Embedded;
 use crate::domain::{Error, Order, OrderState};
 use crate::engine::backend::Backend;
@@ -26,13 +26,6 @@ use crate::engine::hold_stats::{being_resolved, no_holds, not_confirmable, overd
 use crate::engine::idempotency::commit_failed;
 use crate::engine::state::{Held, NotConfirmable};
 use crate::ledger::{CommitFault, LedgerWrite};
-
-/// One confirm waiting for its campaign's next batch.
-pub(super) struct Queued {
-    order_id: String,
-    seq: u64,
-    reply: oneshot::Sender<Result<Order, Error>>,
-}
 
 /// How one confirm of a batch was decided under the campaign lock.
 enum Decided {
@@ -47,7 +40,7 @@ impl Embedded {
     pub(super) async fn confirm_order_now(&self, order_id: &str) -> Result<Order, Error> {
         let (cell, seq) = self.order_cell(order_id)?;
         let (reply, mut answer) = oneshot::channel();
-        cell.confirms.lock().push(Queued {
+        cell.confirms.lock().push(QueuedConfirm {
             order_id: order_id.to_owned(),
             seq,
             reply,
@@ -66,7 +59,7 @@ impl Embedded {
     }
 
     /// Decides and commits a batch of confirms; call with the campaign's admin mutex held.
-    async fn confirm_batch(&self, cell: &Cell, batch: Vec<Queued>) {
+    async fn confirm_batch(&self, cell: &Cell, batch: Vec<QueuedConfirm>) {
         let now = self.clock.now();
         let decided: Result<Vec<Decided>, Error> = {
             let mut inner = cell.inner.lock();
@@ -126,7 +119,7 @@ impl Embedded {
     async fn commit_confirms(
         &self,
         cell: &Cell,
-        batch: &[Queued],
+        batch: &[QueuedConfirm],
         decided: &[Decided],
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), Error> {

@@ -42,6 +42,7 @@ use crate::engine::backend::Backend;
 use crate::engine::idempotency::commit_failed;
 use crate::guard::soldout::StockBoard;
 use crate::ledger::{GroupCommit, Ledger, SqliteLedger, WriterHealth};
+use crate::supervise::Supervisor;
 
 /// Settings of the embedded deployment.
 #[derive(Debug, Clone)]
@@ -57,6 +58,9 @@ pub struct EmbeddedOptions {
     pub idempotency_limits: IdemLimits,
     /// The time claims and holds are decided by (tests move it; see `crate::clock`).
     pub clock: Arc<dyn Clock>,
+    /// Runs the engine's background tasks (the hold sweep, idempotency pruning, in-process
+    /// recovery): the deployment's one supervisor (`crate::app`), or one of its own.
+    pub supervisor: Arc<Supervisor>,
 }
 
 impl EmbeddedOptions {
@@ -68,6 +72,7 @@ impl EmbeddedOptions {
             idempotency_ttl: Duration::from_secs(24 * 3600),
             idempotency_limits: IdemLimits::default(),
             clock: crate::clock::system(),
+            supervisor: Supervisor::new(),
         }
     }
 }
@@ -120,14 +125,48 @@ impl Embedded {
         if expired > 0 {
             tracing::info!(expired, "pending orders past their pay_by expired at start");
         }
-        tokio::spawn(holds::sweep_loop(Arc::downgrade(&me)));
+        // Each loop ends when the engine is dropped; a panic restarts it (`crate::supervise`).
+        let sup = &opts.supervisor;
+        let weak = Arc::downgrade(&me);
+        sup.spawn(holds::TASK, move |_| {
+            let me = weak.clone();
+            async move {
+                holds::sweep_loop(me).await;
+                Ok(())
+            }
+        });
         let every = (idem_limits.rejected_ttl / 2)
             .to_std()
             .unwrap_or_default()
             .clamp(Duration::from_secs(1), Duration::from_secs(600));
-        tokio::spawn(prune_loop(Arc::downgrade(&me), every));
-        tokio::spawn(recovery_loop(Arc::downgrade(&me)));
+        let weak = Arc::downgrade(&me);
+        sup.spawn("idempotency-prune", move |_| {
+            let me = weak.clone();
+            async move {
+                prune_loop(me, every).await;
+                Ok(())
+            }
+        });
+        let weak = Arc::downgrade(&me);
+        sup.spawn("ledger-recovery", move |_| {
+            let me = weak.clone();
+            async move {
+                recovery_loop(me).await;
+                Ok(())
+            }
+        });
         Ok(me)
+    }
+
+    /// The board of every campaign's stock and status, which the guards answer from.
+    pub fn board(&self) -> Arc<StockBoard> {
+        self.board.clone()
+    }
+
+    /// The lock service of `/v1/locks`, kept in this deployment's ledger.
+    pub fn locks(&self) -> crate::lock::Locks {
+        let store = crate::lock::embedded::EmbeddedLocks::new(self.ledger.clone());
+        crate::lock::Locks::new(Arc::new(store))
     }
 
     /// Replaces every campaign's state by the one re-read from the ledger, after a commit
@@ -173,7 +212,7 @@ impl Embedded {
     ///
     /// The ledger goes first, and memory only once the ledger's rows are gone: a key the
     /// engine has forgotten is claimed afresh, and its new answer must not meet an old row
-    /// (a rejection it replaces, a `won` the ledger refuses to shadow, see `sqlite_writes`).
+    /// (a rejection it replaces, a `won` the ledger refuses to shadow, see `sqlite/writes`).
     /// Memory pruned first left a window in which a new `won` met the old row and was lost.
     async fn prune(&self) {
         let now = crate::domain::now();
@@ -366,14 +405,5 @@ impl Backend for Embedded {
             .campaign_limits()
             .await
             .map_err(|e| Error::unavailable("reading rate limits failed", e))
-    }
-
-    fn stock_board(&self) -> Option<Arc<StockBoard>> {
-        Some(self.board.clone())
-    }
-
-    fn locks(&self) -> Option<crate::lock::Locks> {
-        let store = crate::lock::embedded::EmbeddedLocks::new(self.ledger.clone());
-        Some(crate::lock::Locks::new(Arc::new(store)))
     }
 }

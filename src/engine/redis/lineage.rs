@@ -28,7 +28,7 @@
 //! would still write what the new node never had: the check records in the ledger, in the
 //! transaction that reads it, which lineages the campaign left and at which stream id, and the
 //! entries carry their lineage (`lineage` field), so the pipeline refuses those the failover
-//! lost (`ledger/postgres_lineage.rs`).
+//! lost (`ledger/postgres/lineage.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

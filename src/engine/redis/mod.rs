@@ -27,6 +27,7 @@ mod catch_up;
 mod conn;
 mod dormant;
 mod fresh;
+mod held;
 mod holds;
 mod keys;
 mod lineage;
@@ -50,7 +51,8 @@ use async_trait::async_trait;
 pub use admin::rebuild_from_ledger;
 pub use batch::{replicas::WaitReplicas, BatchClaim, BatchOptions, Batcher};
 pub use conn::{RedisConn, RedisTarget};
-pub use holds::{order_of_record, Expired};
+pub use held::order_of_record;
+pub use holds::Expired;
 pub use keys::{campaign_of_stream, Keys, GROUP};
 pub use link::{surely_not_executed, Health};
 pub use ratelimit::RedisLimiter;
@@ -59,6 +61,7 @@ pub use scripts::{Claimed, Scripts};
 pub use settings::{info_field, Watch as RedisSettings};
 pub use startup::RECONCILE_JOB;
 pub use stock::StockKeeper;
+pub use view::stream_lag;
 
 use crate::domain::{
     AdminKey, CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Error, IdempotencyKey,
@@ -67,7 +70,6 @@ use crate::domain::{
 use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
-use crate::pipeline::PipelineOptions;
 use crate::supervise::Supervisor;
 
 /// Settings of the scale-out deployment.
@@ -80,9 +82,9 @@ pub struct ScaleOutOptions {
     pub idempotency_ttl: Duration,
     /// Retention and caps of the answers of claims that changed nothing.
     pub idempotency_limits: crate::engine::IdemLimits,
-    /// Run the order pipeline inside this process (otherwise a `seckill worker` must run).
-    pub run_worker: bool,
-    pub pipeline: PipelineOptions,
+    /// Supervised tasks of this process, beside the engine's own, without which claims are
+    /// refused (see [`DEPENDENCY_GRACE`]): the order pipeline when it runs in this process.
+    pub claims_depend_on: Vec<&'static str>,
     /// Longest a stale "sold out" outlives a restock whose announcement was lost.
     pub stock_max_staleness: Duration,
     /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
@@ -129,6 +131,26 @@ fn redis_failed(context: &'static str) -> impl Fn(redis::RedisError) -> Error {
 impl ScaleOut {
     pub fn ledger(&self) -> &Arc<PgLedger> {
         &self.ledger
+    }
+
+    /// The scripts loaded into this deployment's Redis, which the order pipeline runs too.
+    pub fn scripts(&self) -> &Arc<Scripts> {
+        &self.scripts
+    }
+
+    /// The board of every campaign's stock and status, kept current from Redis.
+    pub fn board(&self) -> Arc<crate::guard::soldout::StockBoard> {
+        self.stock.board()
+    }
+
+    /// The per-user and per-IP rate buckets, shared by every instance through Redis.
+    pub fn rate_limiter(&self) -> Arc<dyn crate::guard::rate::RateLimiter> {
+        self.limiter.clone()
+    }
+
+    /// The lock service of `/v1/locks`, on this deployment's Redis.
+    pub fn locks(&self) -> crate::lock::Locks {
+        self.locks.clone()
     }
 
     fn conn(&self) -> RedisConn {
@@ -179,14 +201,6 @@ impl Backend for ScaleOut {
             .map_err(|e| Error::unavailable("reading campaign ids failed", e))
     }
 
-    fn rate_limiter(&self) -> Option<Arc<dyn crate::guard::rate::RateLimiter>> {
-        Some(self.limiter.clone())
-    }
-
-    fn limits_refresh(&self) -> Option<Duration> {
-        Some(LIMITS_REFRESH)
-    }
-
     async fn restock(
         &self,
         id: &str,
@@ -223,14 +237,6 @@ impl Backend for ScaleOut {
             Ok(view)
         })
         .await
-    }
-
-    fn stock_board(&self) -> Option<Arc<crate::guard::soldout::StockBoard>> {
-        Some(self.stock.board())
-    }
-
-    fn locks(&self) -> Option<crate::lock::Locks> {
-        Some(self.locks.clone())
     }
 
     async fn claim(
@@ -370,10 +376,6 @@ impl Backend for ScaleOut {
 
     async fn shutdown(&self) {
         self.supervisor.shutdown().await;
-    }
-
-    fn supervisor(&self) -> Option<Arc<Supervisor>> {
-        Some(self.supervisor.clone())
     }
 
     fn health_details(&self) -> Option<serde_json::Value> {

@@ -29,7 +29,7 @@ pub struct Scripts {
     /// A campaign's check on a Redis Cluster node (`lineage.rs`).
     pub(super) lineage: Script,
     /// Confirm, cancel and expiry of pending orders (`holds.rs`).
-    pub(super) holds: super::holds::HoldScripts,
+    pub(super) holds: super::held::HoldScripts,
 }
 
 /// Times one script call into `seckill_redis_script_duration_seconds{script}` (until dropped).
@@ -118,7 +118,7 @@ impl Default for Scripts {
             fence: Script::new(include_str!("lua/fence.lua")),
             drop_stale: Script::new(include_str!("lua/drop_stale.lua")),
             lineage: Script::new(include_str!("lua/lineage.lua")),
-            holds: super::holds::HoldScripts::default(),
+            holds: super::held::HoldScripts::default(),
         }
     }
 }
@@ -256,7 +256,7 @@ impl Scripts {
             let at = h.pay_by - chrono::TimeDelta::seconds(hold);
             inv.arg(format!("{}-{seq}", def.id))
                 .arg(h.pay_by.timestamp_micros())
-                .arg(super::holds::held_lines(
+                .arg(super::held::held_lines(
                     &h.user_id, h.qty, at, h.pay_by, &h.codes,
                 ));
         }

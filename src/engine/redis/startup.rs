@@ -30,7 +30,6 @@ use super::{
     ScaleOutOptions, Scripts,
 };
 use crate::ledger::PgLedger;
-use crate::pipeline;
 use crate::supervise::Supervisor;
 
 /// The lock (and `job_fences` row) of the start-up reconcile.
@@ -85,9 +84,14 @@ pub(super) async fn reconcile_live(me: &Arc<ScaleOut>) -> anyhow::Result<()> {
 }
 
 impl ScaleOut {
-    /// Connects to Redis and PostgreSQL, migrates the ledger, loads the scripts, brings the
-    /// gate level with the ledger and starts the pipeline if asked to.
-    pub async fn open(opts: ScaleOutOptions) -> anyhow::Result<Arc<Self>> {
+    /// Connects to Redis and PostgreSQL, migrates the ledger, loads the scripts and brings the
+    /// gate level with the ledger. Its background tasks run under `supervisor`; the order
+    /// pipeline is not started here (`crate::app` starts it beside the engine, and names it
+    /// in `opts.claims_depend_on`).
+    pub async fn open(
+        opts: ScaleOutOptions,
+        supervisor: &Arc<Supervisor>,
+    ) -> anyhow::Result<Arc<Self>> {
         let ledger = Arc::new(PgLedger::open(&opts.postgres, opts.pg_connections).await?);
         let mut redis = RedisConn::connect(&opts.redis).await?;
         let settings = Arc::new(settings::Watch::start(&redis, opts.allow_redis_eviction).await?);
@@ -96,11 +100,9 @@ impl ScaleOut {
         let limiter = Arc::new(RedisLimiter::new(redis.clone()));
         limiter.load().await?;
         let stock = stock::StockKeeper::new(redis.clone());
-        let supervisor = Supervisor::new();
+        let supervisor = supervisor.clone();
         let mut claim_depends = vec![stock::REFRESHER];
-        if opts.run_worker {
-            claim_depends.push(pipeline::TASK);
-        }
+        claim_depends.extend(opts.claims_depend_on.iter().copied());
         stock.supervise(&supervisor, opts.stock_max_staleness, &opts.redis);
         let (conn, watch) = (redis.clone(), Arc::downgrade(&settings));
         supervisor.spawn("redis-settings", move |_| {
@@ -156,9 +158,6 @@ impl ScaleOut {
         supervisor.spawn(fresh::TASK, move |_| {
             fresh::watch_loop(weak.clone(), seen.lock().take())
         });
-        if opts.run_worker {
-            pipeline::spawn(&opts.redis, ledger, scripts, opts.pipeline, &supervisor).await?;
-        }
         Ok(me)
     }
 }

@@ -4,9 +4,8 @@
 
 use redis::AsyncCommands;
 
-use super::{redis_failed, refuse, Keys, ScaleOut};
+use super::{redis_failed, refuse, Keys, RedisConn, ScaleOut};
 use crate::domain::{CampaignView, ClaimAnswer, Error, HoldsView, Kind, Status};
-use crate::pipeline;
 
 impl ScaleOut {
     /// The campaign's view: the gate's, or the ledger's for a dormant campaign Redis lacks
@@ -112,6 +111,24 @@ impl ScaleOut {
 
     /// Orders answered `won` but not yet in the ledger, over every campaign.
     pub async fn lag(&self) -> anyhow::Result<u64> {
-        pipeline::lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
+        stream_lag(&mut self.conn(), &self.ledger.campaign_ids().await?).await
     }
+}
+
+/// Orders waiting in the streams of `campaigns` (won, not yet in the ledger): what the order
+/// pipeline has still to move.
+pub async fn stream_lag(conn: &mut RedisConn, campaigns: &[String]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for id in campaigns {
+        let k = Keys::new(id);
+        let (entries, packed): (u64, Option<i64>) = redis::pipe()
+            .cmd("XLEN")
+            .arg(k.orders())
+            .cmd("GET")
+            .arg(k.packed())
+            .query_async(conn)
+            .await?;
+        total += entries + packed.unwrap_or(0).max(0) as u64;
+    }
+    Ok(total)
 }

@@ -1,6 +1,6 @@
 //! Entries read from a Redis Cluster node before a failover lost them.
 //!
-//! The ledger refuses them (`ledger/postgres_lineage.rs`): the replica promoted in the old
+//! The ledger refuses them (`ledger/postgres/lineage.rs`): the replica promoted in the old
 //! master's place never had them, the campaign was checked against the ledger without them,
 //! and the new node issues their order numbers, units and codes again. Each is recorded in
 //! `failed_orders` — a buyer was told `won`, or a payer's confirm answered 200, for what the

@@ -126,7 +126,7 @@ async fn admission_gate_refuses_beyond_k_times_remaining() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
     cfg.guard.admission_k = 1;
-    let server = seckill::cli::start(cfg).await.unwrap();
+    let server = seckill::app::App::build(cfg).await.unwrap();
     let client = seckill::bench::client::Client::new(&server.url(), crate::helpers::TOKEN);
     client
         .create_campaign(&json!({"id": "gate", "stock": 8}))
@@ -195,7 +195,7 @@ async fn a_timeout_after_the_engine_took_the_claim_says_the_outcome_is_unknown()
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = ServeConfig::ephemeral(dir.path().into(), crate::helpers::TOKEN);
     cfg.guard.request_timeout_ms = 500;
-    let server = seckill::cli::start(cfg).await.unwrap();
+    let server = seckill::app::App::build(cfg).await.unwrap();
     let client = seckill::bench::client::Client::new(&server.url(), crate::helpers::TOKEN);
     client
         .create_campaign(&json!({"id": "late", "stock": 8}))

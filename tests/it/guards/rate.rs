@@ -157,7 +157,7 @@ async fn proxy_header_is_believed_only_from_trusted_proxies() {
 async fn campaign_limits_survive_a_restart_and_bad_ones_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = || ServeConfig::ephemeral(dir.path().into(), TOKEN);
-    let server = seckill::cli::start(cfg()).await.unwrap();
+    let server = seckill::app::App::build(cfg()).await.unwrap();
     let client = seckill::bench::client::Client::new(&server.url(), TOKEN);
     client
         .create_campaign(&json!({"id": "keep", "stock": 100, "per_user_limit": 100}))
@@ -199,7 +199,7 @@ async fn campaign_limits_survive_a_restart_and_bad_ones_change_nothing() {
     assert_eq!(anonymous.status(), 401);
     server.stop().await.unwrap();
 
-    let server = seckill::cli::start(cfg()).await.unwrap();
+    let server = seckill::app::App::build(cfg()).await.unwrap();
     let client = seckill::bench::client::Client::new(&server.url(), TOKEN);
     let (s, v) = client
         .admin(Method::GET, "/v1/campaigns/keep/limits", None)

@@ -28,7 +28,7 @@ async fn start_up_reconcile_waits_for_the_lease_and_records_its_fence() {
     let other = grant(&locks, RECONCILE_JOB, Duration::from_secs(30)).await;
 
     // Polled in this task (the start future is not spawnable): it must still be waiting.
-    let starting = seckill::cli::start(config(&r.url(), &pg, dir.path()));
+    let starting = seckill::app::App::build(config(&r.url(), &pg, dir.path()));
     tokio::pin!(starting);
     tokio::select! {
         _ = &mut starting => panic!("started while another instance held the reconcile"),
@@ -49,8 +49,8 @@ async fn start_up_reconcile_waits_for_the_lease_and_records_its_fence() {
     // Two more instances together: both start, each under its own, higher fence.
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (s1, s2) = tokio::join!(
-        seckill::cli::start(config(&r.url(), &pg, a.path())),
-        seckill::cli::start(config(&r.url(), &pg, b.path())),
+        seckill::app::App::build(config(&r.url(), &pg, a.path())),
+        seckill::app::App::build(config(&r.url(), &pg, b.path())),
     );
     let after = seckill::lock::fenced::highest(&mut conn, RECONCILE_JOB)
         .await

@@ -108,7 +108,7 @@ pub struct Design {
     pub check_after_fault: bool,
     /// The check records in the ledger that the old lineage ends at the new node's last stream
     /// id, and the pipeline refuses (records as lost) an entry of the old lineage above it
-    /// (`ledger/postgres_lineage.rs`, Redis Cluster only); false: writes whatever it read.
+    /// (`ledger/postgres/lineage.rs`, Redis Cluster only); false: writes whatever it read.
     pub refuse_left_lineage: bool,
 }
 

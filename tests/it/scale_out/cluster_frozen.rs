@@ -4,7 +4,7 @@
 //! wakes and writes what it read. The ledger must refuse those writes — the failover lost them
 //! — rather than the new buyers' orders: every `won` answered after the failover is that
 //! buyer's order, and what the failover lost is in `failed_orders` as lost
-//! (`ledger/postgres_lineage.rs`). Before, the frozen consumer's orders went in and every new
+//! (`ledger/postgres/lineage.rs`). Before, the frozen consumer's orders went in and every new
 //! buyer given a reissued number was refused (the model's residual race,
 //! `a_cluster_failover_checked_on_the_new_lineage_loses_no_later_buyers_order`).
 //!

@@ -121,7 +121,7 @@ async fn a_reset_after_the_script_ran_never_runs_the_claim_twice() {
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
     cfg.scale.postgres = Some(pg().fresh_db().await);
-    let server = seckill::cli::start(cfg)
+    let server = seckill::app::App::build(cfg)
         .await
         .expect("serve on the Cluster");
     let c = Client::new(&server.url(), TOKEN);

@@ -325,7 +325,9 @@ async fn made_up_campaigns_leave_no_rate_buckets_in_redis() {
     cfg.scale.redis = vec![redis.url()];
     cfg.scale.postgres = Some(pg().fresh_db().await);
     cfg.guard.rate_per_user = Some("1/h".parse().unwrap());
-    let server = seckill::cli::start(cfg).await.expect("scale-out server");
+    let server = seckill::app::App::build(cfg)
+        .await
+        .expect("scale-out server");
     let c = Client::new(&server.url(), crate::helpers::TOKEN);
     c.create_campaign(&json!({"id": "real", "stock": 100}))
         .await

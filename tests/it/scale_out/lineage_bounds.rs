@@ -1,5 +1,5 @@
 //! The ledger's record of the Redis Cluster lineages a campaign left
-//! (`ledger/postgres_lineage.rs`), driven directly: a bound is only ever lowered (A→B→C with C
+//! (`ledger/postgres/lineage.rs`), driven directly: a bound is only ever lowered (A→B→C with C
 //! behind B leaves A's entries between C's last id and B's refused, since C never had them), a
 //! record the caller drops commits nothing, entries of the lineage serving and entries without
 //! a lineage are written, and an entry above its bound that the ledger already holds is not

@@ -20,7 +20,7 @@ use crate::servers::{pg, RedisServer};
 struct NoWorker {
     redis: RedisServer,
     db: String,
-    server: seckill::cli::Running,
+    server: seckill::app::App,
     client: Client,
     _dir: tempfile::TempDir,
 }
@@ -56,7 +56,7 @@ async fn no_worker() -> NoWorker {
     cfg.scale.redis = vec![redis.url()];
     cfg.scale.postgres = Some(db.clone());
     cfg.scale.no_worker = true;
-    let server = seckill::cli::start(cfg).await.unwrap();
+    let server = seckill::app::App::build(cfg).await.unwrap();
     let client = Client::new(&server.url(), TOKEN);
     NoWorker {
         redis,
@@ -187,7 +187,9 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
 
     let mut gate = t.gate().await;
     let campaigns = ["packed".to_owned()];
-    let lag = seckill::pipeline::lag(&mut gate, &campaigns).await.unwrap();
+    let lag = seckill::engine::redis::stream_lag(&mut gate, &campaigns)
+        .await
+        .unwrap();
     assert_eq!(lag, 300, "the lag counts orders, not entries");
     let (mut consumer, ledger) = t.consumer().await;
     let mut total = Step::default();
@@ -213,7 +215,9 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
         0,
         "every entry acknowledged and removed"
     );
-    let lag = seckill::pipeline::lag(&mut gate, &campaigns).await.unwrap();
+    let lag = seckill::engine::redis::stream_lag(&mut gate, &campaigns)
+        .await
+        .unwrap();
     assert_eq!(lag, 0);
     let packed: i64 = redis::cmd("GET")
         .arg("{c:packed}:packed")

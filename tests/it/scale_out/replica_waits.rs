@@ -44,13 +44,15 @@ async fn replicas_online(port: u16, n: usize) {
 async fn serve_waiting_for_one(
     redis: &SentinelSetup,
     data: &std::path::Path,
-) -> (seckill::cli::Running, Client) {
+) -> (seckill::app::App, Client) {
     let mut cfg = ServeConfig::ephemeral(data.into(), TOKEN);
     cfg.scale.redis = vec![redis.sentinel_url()];
     cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
     cfg.scale.postgres = Some(pg().fresh_db().await);
     cfg.scale.pipeline.redis_wait_replicas = Some(1);
-    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let server = seckill::app::App::build(cfg)
+        .await
+        .expect("serve via Sentinel");
     let c = Client::new(&server.url(), TOKEN);
     (server, c)
 }

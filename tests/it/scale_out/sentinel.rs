@@ -26,7 +26,9 @@ async fn failover_to_the_replica_keeps_selling() {
     // every claim: this test is about following the failover, with that wait turned off.
     // Failovers with the wait on: `sentinel_failover` and `seckill chaos --deployment sentinel`.
     cfg.scale.pipeline.redis_wait_replicas = Some(0);
-    let server = seckill::cli::start(cfg).await.expect("serve via Sentinel");
+    let server = seckill::app::App::build(cfg)
+        .await
+        .expect("serve via Sentinel");
     let client = Client::new(&server.url(), TOKEN);
     client
         .create_campaign(&json!({"id": "failover", "stock": 100_000}))

@@ -40,12 +40,14 @@ pub(super) async fn serve(
     redis: &SentinelSetup,
     pg_url: &str,
     dir: &std::path::Path,
-) -> seckill::cli::Running {
+) -> seckill::app::App {
     let mut cfg = ServeConfig::ephemeral(dir.into(), TOKEN);
     cfg.scale.redis = vec![redis.sentinel_url()];
     cfg.scale.redis_sentinel = Some(SentinelSetup::MASTER.into());
     cfg.scale.postgres = Some(pg_url.to_owned());
-    seckill::cli::start(cfg).await.expect("serve via Sentinel")
+    seckill::app::App::build(cfg)
+        .await
+        .expect("serve via Sentinel")
 }
 
 /// Claims of fresh users on `client` in rounds of 32 until `stop`; every processed answer.

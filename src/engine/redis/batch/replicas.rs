@@ -105,7 +105,9 @@ impl WaitReplicas {
         let recent = Instant::now()
             .checked_sub(VIEW_REUSE)
             .unwrap_or_else(Instant::now);
-        p.view_since(recent, link).await?.need(self.replicas, addr)
+        p.view_since(recent, replication_info(link))
+            .await?
+            .need(self.replicas, addr)
     }
 
     /// Ok once `replicas` replicas that could carry the writes through a failover — behind
@@ -162,7 +164,7 @@ impl WaitReplicas {
             // Which replicas have the write, from their offsets, asked after they answered:
             // a promotion begun before shows in it too.
             Some(p) => {
-                let view = p.view_since(acked_at, link).await?;
+                let view = p.view_since(acked_at, replication_info(link)).await?;
                 same_link("while asking the sentinels")?;
                 let Err(short) = view.acked(self.replicas, &addr, written) else {
                     return Ok(());
@@ -184,7 +186,7 @@ impl WaitReplicas {
                     .map_err(|e| anyhow::anyhow!("WAIT for replicas failed: {e}"))?;
                 let acked_at = Instant::now();
                 same_link("while waiting for replicas")?;
-                let view = p.view_since(acked_at, link).await?;
+                let view = p.view_since(acked_at, replication_info(link)).await?;
                 same_link("while asking the sentinels")?;
                 view.acked(self.replicas, &addr, written)
             }
@@ -198,4 +200,13 @@ impl WaitReplicas {
             }
         }
     }
+}
+
+/// The primary's `INFO replication`, on the link the writes went through.
+async fn replication_info(link: &Link) -> anyhow::Result<String> {
+    let info = link
+        .request(redis::cmd("INFO").arg("replication"))
+        .await
+        .map_err(|e| anyhow::anyhow!("INFO replication of the primary failed: {e}"))?;
+    Ok(redis::from_redis_value::<String>(&info)?)
 }

@@ -24,7 +24,7 @@
 --                                 Cluster also lineage, the node lineage the campaign was
 --                                 checked on (ARGV[5]): the ledger refuses an entry of a
 --                                 lineage the campaign has left, above the stream id it left at
---                                 (ledger/postgres_lineage.rs)
+--                                 (ledger/postgres/lineage.rs)
 -- KEYS[6] {c:<id>}:held    hash   pending orders of a campaign with holds (as in claim.lua)
 -- KEYS[7] {c:<id>}:deadlines zset order_id by pay_by (µs)
 -- KEYS[8] {c:<id>}:idemrej: prefix of the hashes counting kept rejection answers per time

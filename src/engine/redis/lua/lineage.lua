@@ -14,7 +14,7 @@
 -- ARGV[2] (mark) the ledger's highest order number for the campaign
 -- Read returns {lineage, checked ('' = never), seq, the stream's last id ('0-0' = none),
 -- pending order ids…}, or {'missing'} when the campaign is not in Redis. The ledger records
--- that the lineages left behind end at that last id (ledger/postgres_lineage.rs). Mark returns 1 if marked, 0 if the node's lineage is no longer
+-- that the lineages left behind end at that last id (ledger/postgres/lineage.rs). Mark returns 1 if marked, 0 if the node's lineage is no longer
 -- ARGV[1], the campaign is gone, or its numbering is behind ARGV[2] (nothing changed then).
 
 local lineage = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')

@@ -43,8 +43,6 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionInfo};
 use tokio::sync::Mutex;
 
-use super::link::Link;
-
 mod view;
 
 use view::Replica;
@@ -98,14 +96,22 @@ impl Promotable {
 
     /// A view asked at or after `since`: the last one if it qualifies (a failure to ask
     /// included, so a silent sentinel is waited for once per round, not once per wait),
-    /// otherwise a new one.
-    pub async fn view_since(&self, since: Instant, link: &Link) -> anyhow::Result<View> {
+    /// otherwise a new one. `primary_info` is the primary's `INFO replication`, awaited only
+    /// when a new view is asked.
+    pub async fn view_since(
+        &self,
+        since: Instant,
+        primary_info: impl std::future::Future<Output = anyhow::Result<String>>,
+    ) -> anyhow::Result<View> {
         let mut last = self.last.lock().await;
         if let Some(a) = last.as_ref().filter(|a| a.at >= since) {
             return a.view.clone().map_err(anyhow::Error::msg);
         }
         let at = Instant::now();
-        let view = self.ask(at, link).await.map_err(|e| format!("{e:#}"));
+        let view = self
+            .ask(at, primary_info)
+            .await
+            .map_err(|e| format!("{e:#}"));
         *last = Some(Asked {
             at,
             view: view.clone(),
@@ -113,12 +119,12 @@ impl Promotable {
         view.map_err(anyhow::Error::msg)
     }
 
-    async fn ask(&self, asked: Instant, link: &Link) -> anyhow::Result<View> {
-        let info = link
-            .request(redis::cmd("INFO").arg("replication"))
-            .await
-            .map_err(|e| anyhow::anyhow!("INFO replication of the primary failed: {e}"))?;
-        let online = online_replicas(&redis::from_redis_value::<String>(&info)?);
+    async fn ask(
+        &self,
+        asked: Instant,
+        primary_info: impl std::future::Future<Output = anyhow::Result<String>>,
+    ) -> anyhow::Result<View> {
+        let online = online_replicas(&primary_info.await?);
         let answers =
             futures::future::join_all(self.sentinels.iter().map(|(info, conn)| async move {
                 let r = tokio::time::timeout(SENTINEL_TIMEOUT, self.ask_one(info, conn))

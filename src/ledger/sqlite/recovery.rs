@@ -20,10 +20,10 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{Row, SqliteConnection};
 
-use super::rows::{self, micros};
-use super::{IdemRecord, Recovery, StoredCampaign, Wanted};
 use crate::domain::{Kind, Status};
 use crate::engine::state::CampaignDef;
+use crate::ledger::rows::{self, micros};
+use crate::ledger::{IdemRecord, Recovery, StoredCampaign, Wanted};
 
 /// Orders (by seq) per pack; one pack is a few hundred KB.
 const SEQS_PER_PACK: i64 = 8192;
@@ -138,7 +138,7 @@ pub(super) async fn recover(
             let codes = codes_of(r.get(4))?;
             let pay_by: Option<i64> = r.get(5);
             let pay_by = pay_by.ok_or_else(|| anyhow!("pending order without pay_by"))?;
-            let row = super::PendingRow {
+            let row = crate::ledger::PendingRow {
                 seq: r.get::<i64, _>(1) as u64,
                 user_id: r.get(2),
                 qty: r.get::<i64, _>(3) as u64,

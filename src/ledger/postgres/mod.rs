@@ -5,9 +5,17 @@
 //! `seckill worker` processes write at once. Queries are built at run time (no compile-time
 //! checked macros), so building seckill never needs a live database. The operations only the
 //! scale-out deployment needs (row-locked admin changes, reconciliation reads, poison records)
-//! live in `postgres_ops.rs`; reading a campaign back for recovery in `postgres_recovery.rs`;
-//! applying the order pipeline's batches in `postgres_pipeline.rs`, and the transitions of
-//! pending orders (holds) in `postgres_holds.rs`.
+//! live in `postgres/ops.rs`; reading a campaign back for recovery in `postgres/recovery.rs`;
+//! applying the order pipeline's batches in `postgres/pipeline.rs`, and the transitions of
+//! pending orders (holds) in `postgres/holds.rs`.
+
+pub(crate) mod entries;
+pub(crate) mod holds;
+pub(crate) mod lineage;
+pub(crate) mod liveness;
+pub(crate) mod ops;
+pub(crate) mod pipeline;
+pub(crate) mod recovery;
 
 use std::time::Duration;
 
@@ -17,9 +25,9 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
-use super::rows::{self, micros, OrderRow};
-use super::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign, Wanted};
 use crate::domain::{CampaignLimits, Order};
+use crate::ledger::rows::{self, micros, OrderRow};
+use crate::ledger::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign, Wanted};
 
 /// Rows per multi-row INSERT: 9 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
 const ROWS_PER_INSERT: usize = 1000;
@@ -174,7 +182,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
     match write {
         LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
         LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => {
-            super::postgres_holds::resolve(conn, write).await
+            holds::resolve(conn, write).await
         }
         LedgerWrite::CreateCampaign {
             def,
@@ -233,7 +241,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             Ok(event(conn, campaign_id, "status", status.as_str().to_owned(), *at).await?)
         }
         // Non-pending orders only: a pending order's cancel is decided in Redis and arrives
-        // through the order stream (`postgres_holds`).
+        // through the order stream (`postgres/holds`).
         LedgerWrite::Cancel { order_id, at } => {
             let done = sqlx::query(
                 "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
@@ -250,7 +258,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             Ok(())
         }
         LedgerWrite::AdminKey { key, at } => {
-            Ok(super::admin_keys::insert_pg(conn, key, *at).await?)
+            Ok(crate::ledger::admin_keys::insert_pg(conn, key, *at).await?)
         }
         LedgerWrite::Limits {
             campaign_id,

@@ -17,10 +17,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::postgres::{event, ORDER_COLUMNS};
-use super::rows::{self, micros, OrderRow};
-use super::LedgerWrite;
+use super::{event, ORDER_COLUMNS};
 use crate::domain::{Order, OrderState};
+use crate::ledger::rows::{self, micros, OrderRow};
+use crate::ledger::LedgerWrite;
 
 /// A pending order's resolution, decided in Redis, as its stream entry carries it.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,9 +6,17 @@
 //! batch of a thousand claims down to a handful of statements.
 //!
 //! The data directory is locked for the process's lifetime (`dir_lock`), and the writer
-//! connection acknowledges nothing SQLite did not confirm (`sqlite_writer`). Orders are
+//! connection acknowledges nothing SQLite did not confirm (`sqlite/writer`). Orders are
 //! inserted without `ON CONFLICT`: a freshly decided order whose id the ledger already holds
 //! is a fault that stops the batch, never a silent no-op.
+
+pub(crate) mod holds;
+pub(crate) mod live;
+pub(crate) mod locks;
+pub(crate) mod recovery;
+mod shaped;
+pub(crate) mod writer;
+pub(crate) mod writes;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -21,12 +29,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
-use super::dir_lock::DirLock;
-use super::rows::{micros, OrderRow};
-use super::sqlite_writer::{statement_fault, WriteFault, Writer};
-use super::{Ledger, LedgerWrite, Recovery};
 use crate::domain::{CampaignLimits, Order};
 use crate::faults::{self, BatchFault};
+use crate::ledger::dir_lock::DirLock;
+use crate::ledger::rows::{micros, OrderRow};
+use crate::ledger::{Ledger, LedgerWrite, Recovery};
+use writer::{statement_fault, WriteFault, Writer};
 
 pub struct SqliteLedger {
     writer: Mutex<Writer>,
@@ -44,7 +52,7 @@ impl SqliteLedger {
         into: &mut dyn Recovery,
     ) -> anyhow::Result<()> {
         let mut tx = self.readers.begin().await?;
-        super::sqlite_recovery::recover(&mut tx, idem_since, Some(id), into).await?;
+        recovery::recover(&mut tx, idem_since, Some(id), into).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -53,14 +61,14 @@ impl SqliteLedger {
     pub async fn admin_key(
         &self,
         key: &crate::domain::AdminKey,
-    ) -> anyhow::Result<super::admin_keys::Remembered> {
-        super::admin_keys::lookup_sqlite(&self.readers, key).await
+    ) -> anyhow::Result<crate::ledger::admin_keys::Remembered> {
+        crate::ledger::admin_keys::lookup_sqlite(&self.readers, key).await
     }
 
     /// Deletes admin Idempotency-Keys older than `before`; returns how many.
     pub async fn prune_admin_keys(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {
         let mut writer = self.writer.lock().await;
-        super::admin_keys::prune_sqlite(writer.conn().await?, before).await
+        crate::ledger::admin_keys::prune_sqlite(writer.conn().await?, before).await
     }
 
     /// Opens (creating if needed) `<dir>/seckill.db` and runs the embedded migrations.
@@ -82,14 +90,14 @@ impl SqliteLedger {
         let mut writer = SqliteConnection::connect_with(&opts)
             .await
             .with_context(|| format!("cannot open ledger {}", path.display()))?;
-        super::migrations::run_sqlite(&mut writer).await?;
+        crate::ledger::migrations::run_sqlite(&mut writer).await?;
         for file in [
             "seckill.db",
             "seckill.db-wal",
             "seckill.db-shm",
             "seckill.lock",
         ] {
-            super::dir_lock::private(&dir.join(file), 0o600)?;
+            crate::ledger::dir_lock::private(&dir.join(file), 0o600)?;
         }
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
@@ -103,7 +111,7 @@ impl SqliteLedger {
     }
 
     /// Lock service: grants `name` to `token` for `ttl_ms` if its lease ended, durably;
-    /// `Ok(fence)` or `Err(expires_ms)` of the holder (see `sqlite_locks`).
+    /// `Ok(fence)` or `Err(expires_ms)` of the holder (see `sqlite/locks`).
     pub async fn lock_acquire(
         &self,
         name: &str,
@@ -113,7 +121,7 @@ impl SqliteLedger {
         now_ms: u64,
     ) -> anyhow::Result<Result<u64, u64>> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_locks::acquire(writer.conn().await?, name, token, owner, ttl_ms, now_ms).await
+        locks::acquire(writer.conn().await?, name, token, owner, ttl_ms, now_ms).await
     }
 
     /// Lock service: extends `token`'s lease; its fence, `None` if it does not hold it.
@@ -125,13 +133,13 @@ impl SqliteLedger {
         now_ms: u64,
     ) -> anyhow::Result<Option<u64>> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_locks::extend(writer.conn().await?, name, token, ttl_ms, now_ms).await
+        locks::extend(writer.conn().await?, name, token, ttl_ms, now_ms).await
     }
 
     /// Lock service: releases `token`'s lease; false if it does not hold it.
     pub async fn lock_release(&self, name: &str, token: &str, now_ms: u64) -> anyhow::Result<bool> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_locks::release(writer.conn().await?, name, token, now_ms).await
+        locks::release(writer.conn().await?, name, token, now_ms).await
     }
 
     /// Closes the writer for good and releases the data directory (graceful shutdown, after
@@ -165,7 +173,7 @@ impl Ledger for SqliteLedger {
         }
         let mut writer = self.writer.lock().await;
         let conn = writer.begin().await?;
-        if let Err(e) = super::sqlite_writes::write_batch(conn, writes).await {
+        if let Err(e) = writes::write_batch(conn, writes).await {
             let fault = statement_fault(&e);
             writer.roll_back().await;
             return Err(fault.into());
@@ -227,7 +235,7 @@ impl Ledger for SqliteLedger {
         into: &mut dyn Recovery,
     ) -> anyhow::Result<()> {
         let mut writer = self.writer.lock().await;
-        super::sqlite_recovery::recover(writer.conn().await?, idem_since, None, into).await
+        recovery::recover(writer.conn().await?, idem_since, None, into).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

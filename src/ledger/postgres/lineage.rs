@@ -23,9 +23,9 @@ use std::collections::HashMap;
 
 use sqlx::PgConnection;
 
-use super::postgres::PgLedger;
-use super::postgres_pipeline::{self, PipelineWrite};
-use super::postgres_recovery;
+use super::entries::{self, PipelineWrite};
+use super::recovery;
+use super::PgLedger;
 use crate::domain::Order;
 
 /// A stream id, `ms-seq`, as two numbers (ordered as Redis orders them).
@@ -115,8 +115,8 @@ impl PgLedger {
                 .await?;
         }
         let verdict = Verdict {
-            seq: postgres_recovery::max_seq(&mut tx, campaign).await?,
-            resolved: postgres_recovery::resolved_among(&mut tx, &node.pending).await?,
+            seq: recovery::max_seq(&mut tx, campaign).await?,
+            resolved: recovery::resolved_among(&mut tx, &node.pending).await?,
         };
         if verdict.settled(node) {
             record(&mut tx, campaign, node).await?;
@@ -222,7 +222,7 @@ pub(super) async fn lost(
         .iter()
         .map(|&i| writes[i].order().order_id.as_str())
         .collect();
-    let held = postgres_pipeline::orders_by_id(conn, &ids).await?;
+    let held = entries::orders_by_id(conn, &ids).await?;
     let refused = above
         .iter()
         .copied()
@@ -235,7 +235,7 @@ pub(super) async fn lost(
 /// check (a redelivery), and refusing it now would record a loss that did not happen.
 fn already(write: &PipelineWrite, held: Option<&Order>) -> bool {
     let Some(h) = held else { return false };
-    let same = postgres_pipeline::same_order(h, write.order());
+    let same = entries::same_order(h, write.order());
     match write {
         PipelineWrite::Order(_) => same,
         PipelineWrite::Transition(t) => same && h.state == t.to,

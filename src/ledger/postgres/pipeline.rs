@@ -3,38 +3,19 @@
 //! A batch holds new orders and, for campaigns with holds, transitions of pending orders
 //! ([`PipelineWrite`]). New orders are inserted many rows per statement with
 //! `ON CONFLICT DO NOTHING` (a redelivered entry is harmless); a transition is one upsert
-//! (`postgres_holds`). The two must not reorder one order's entries, so the pending run of new
+//! (`postgres/holds`). The two must not reorder one order's entries, so the pending run of new
 //! orders is inserted before a transition of an order in that run is applied; a batch of a
 //! campaign without holds is one run, inserted as before holds existed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use sqlx::PgConnection;
 
-use super::postgres::{insert_orders, PgLedger, SELECT_ORDER};
-use super::postgres_holds::{self, Applied, Transition};
-use super::postgres_lineage::{self, Origin};
-use super::rows::OrderRow;
+use super::entries::{orders_by_id, same_order, PipelineWrite};
+use super::holds::{self, Applied};
+use super::lineage::{self, Origin};
+use super::{insert_orders, PgLedger};
 use crate::domain::Order;
-
-/// What one stream entry asks of the ledger.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PipelineWrite {
-    /// A won order: `active`, or `pending` with its `pay_by`.
-    Order(Order),
-    /// A pending order's resolution, decided in Redis.
-    Transition(Transition),
-}
-
-impl PipelineWrite {
-    /// The order the entry is about.
-    pub fn order(&self) -> &Order {
-        match self {
-            PipelineWrite::Order(o) => o,
-            PipelineWrite::Transition(t) => &t.order,
-        }
-    }
-}
 
 /// What a committed batch did besides applying its writes.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -46,37 +27,13 @@ pub struct PipelineOutcome {
     /// Nothing was written for them.
     pub contradictions: Vec<(usize, String)>,
     /// Writes read from a Redis Cluster lineage their campaign has left, above the bound it
-    /// left at (`postgres_lineage`), by their index in the batch: the node serving the campaign
+    /// left at (`postgres/lineage`), by their index in the batch: the node serving the campaign
     /// never had them. Nothing was written for them.
     pub lost: Vec<usize>,
     /// Every write read from such a lineage above its bound, `lost` or already in the ledger
     /// (a redelivery): none is in the stream of the node serving the campaign now, so none may
     /// be acknowledged there (an entry of the same id there would go unwritten).
     pub not_here: Vec<usize>,
-}
-
-/// The ledger's orders among `ids`, by id.
-pub(super) async fn orders_by_id(
-    conn: &mut PgConnection,
-    ids: &[&str],
-) -> anyhow::Result<HashMap<String, Order>> {
-    let rows: Vec<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
-        .bind(ids)
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.into_iter()
-        .map(|r| Order::try_from(r).map(|o| (o.order_id.clone(), o)))
-        .collect()
-}
-
-/// Whether `stored` is the order `o` was won as (same campaign, buyer, qty, codes and time):
-/// a redelivery of it, whatever the row's state since.
-pub(super) fn same_order(stored: &Order, o: &Order) -> bool {
-    stored.campaign_id == o.campaign_id
-        && stored.user_id == o.user_id
-        && stored.qty == o.qty
-        && stored.codes == o.codes
-        && stored.created_at == o.created_at
 }
 
 /// Inserts a run of new orders; returns the ones that collide with a different stored order
@@ -141,7 +98,7 @@ impl PgLedger {
             .await?;
         let (not_here, lost) = match origins.is_empty() {
             true => Default::default(),
-            false => postgres_lineage::lost(&mut tx, writes, origins).await?,
+            false => lineage::lost(&mut tx, writes, origins).await?,
         };
         let mut out = PipelineOutcome {
             lost,
@@ -166,7 +123,7 @@ impl PgLedger {
                         run.clear();
                         in_run.clear();
                     }
-                    if let Applied::Contradiction(why) = postgres_holds::apply(&mut tx, t).await? {
+                    if let Applied::Contradiction(why) = holds::apply(&mut tx, t).await? {
                         out.contradictions.push((i, why));
                     }
                 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use sqlx::SqliteConnection;
 
-use super::sqlite_writes::{shaped, ShapedSql};
+use super::shaped::{shaped, ShapedSql};
 use crate::domain::{Order, OrderState};
 
 static UPSERT_HOLDINGS: ShapedSql = ShapedSql::new(

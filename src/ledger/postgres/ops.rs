@@ -10,12 +10,12 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Row, Transaction};
 
-use super::admin_keys::{insert_pg, lookup_pg, Remembered};
-use super::postgres::{event, insert_codes, PgLedger, ORDER_COLUMNS, SELECT_ORDER};
-use super::rows::{micros, OrderRow};
-use super::LedgerWrite;
+use super::{event, insert_codes, PgLedger, ORDER_COLUMNS, SELECT_ORDER};
 use crate::domain::{AdminKey, Error, Order, Restock, Status};
 use crate::engine::state::CampaignDef;
+use crate::ledger::admin_keys::{insert_pg, lookup_pg, Remembered};
+use crate::ledger::rows::{micros, OrderRow};
+use crate::ledger::LedgerWrite;
 
 /// What a committed restock changed: the ledger's total before and after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,7 +274,7 @@ impl PgLedger {
 
     /// Marks an active or confirmed order cancelled; returns it if this call cancelled it
     /// (exactly once). A pending order's cancel is decided in Redis and reaches the ledger
-    /// through the order stream instead (`postgres_holds`).
+    /// through the order stream instead (`postgres/holds`).
     pub async fn cancel_order(
         &self,
         order_id: &str,
@@ -371,7 +371,7 @@ impl PgLedger {
                 Ok(crate::domain::RefusedOrder {
                     order_id: r.get(0),
                     reason: r.get(1),
-                    at: super::rows::time(r.get(2))?,
+                    at: crate::ledger::rows::time(r.get(2))?,
                     entry: r.get(3),
                 })
             })

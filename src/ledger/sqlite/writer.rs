@@ -55,7 +55,7 @@ pub(super) fn statement_fault(e: &anyhow::Error) -> WriteFault {
         .and_then(sqlx::Error::as_database_error)
         .is_some_and(|d| d.is_unique_violation());
     // A rule of the ledger (`ledger::invariants`) refused the write: memory contradicts it.
-    if unique || super::invariants::refused_rule(e).is_some() {
+    if unique || crate::ledger::invariants::refused_rule(e).is_some() {
         WriteFault::Diverged(format!("{e:#}"))
     } else {
         WriteFault::NotCommitted(format!("{e:#}"))

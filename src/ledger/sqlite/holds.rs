@@ -7,9 +7,9 @@
 
 use sqlx::SqliteConnection;
 
-use super::rows::micros;
-use super::sqlite_writer::WriteFault;
-use super::LedgerWrite;
+use super::writer::WriteFault;
+use crate::ledger::rows::micros;
+use crate::ledger::LedgerWrite;
 
 pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> anyhow::Result<()> {
     let (order_id, at, state) = match w {
@@ -19,7 +19,7 @@ pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> any
     };
     // No RETURNING: SQLite collects RETURNING rows in a temporary b-tree per statement, and
     // the key already names the campaign.
-    let (campaign_id, seq) = super::sqlite::order_key(order_id);
+    let (campaign_id, seq) = super::order_key(order_id);
     let done = sqlx::query(
         "UPDATE orders SET state = ?, resolved_at = ? \
          WHERE campaign_id = ? AND seq = ? AND state = 'pending'",

@@ -18,11 +18,11 @@ use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use super::postgres::PgLedger;
-use super::rows::{self, micros};
-use super::{IdemRecord, PendingRow};
+use super::PgLedger;
 use crate::domain::{Kind, Status};
 use crate::engine::state::{CampaignDef, CampaignState, Rebuild};
+use crate::ledger::rows::{self, micros};
+use crate::ledger::{IdemRecord, PendingRow};
 
 /// One campaign as the gate is rebuilt from it, read from one snapshot.
 #[derive(Debug, Clone)]

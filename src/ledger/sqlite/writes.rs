@@ -1,75 +1,18 @@
 //! The SQL of the SQLite ledger's writes: multi-row inserts of orders, idempotency answers and
 //! codes, and one statement group per admin change. Run inside the writer's open transaction
-//! (see `sqlite_writer`); any error here rolls the whole batch back.
-
-use std::sync::OnceLock;
+//! (see `sqlite/writer`); any error here rolls the whole batch back.
 
 use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
-use super::rows::{self, micros};
-use super::{IdemRecord, LedgerWrite, WriteFault};
+use super::shaped::{shaped, ShapedSql};
 use crate::domain::Order;
+use crate::ledger::rows::{self, micros};
+use crate::ledger::{IdemRecord, LedgerWrite, WriteFault};
 
 /// Rows per multi-row INSERT of codes: 3 columns × 2000 stays below SQLite's 32,766 bound
 /// parameters.
 const ROWS_PER_INSERT: usize = 1000;
-
-/// The row counts of the multi-row INSERTs of orders and idempotency answers, largest first.
-/// A batch of any size is cut into these few shapes, so each statement is prepared once per
-/// connection and found in sqlx's statement cache afterwards; with one statement per batch
-/// size, most group commits of a storm re-prepared their INSERT.
-const SHAPES: [usize; 5] = [256, 64, 16, 4, 1];
-
-/// `rows` cut greedily into chunks whose lengths are all in [`SHAPES`].
-pub(super) fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        let n = SHAPES.into_iter().find(|&n| n <= rows.len())?;
-        let (head, tail) = rows.split_at(n);
-        rows = tail;
-        Some(head)
-    })
-}
-
-/// The text of a multi-row INSERT, built once per shape: formatting the statement (and its
-/// placeholders) for every batch cost more instructions per won claim than binding its values.
-pub(super) struct ShapedSql {
-    head: &'static str,
-    columns: usize,
-    tail: &'static str,
-    built: OnceLock<[String; SHAPES.len()]>,
-}
-
-impl ShapedSql {
-    pub(super) const fn new(head: &'static str, columns: usize, tail: &'static str) -> Self {
-        Self {
-            head,
-            columns,
-            tail,
-            built: OnceLock::new(),
-        }
-    }
-
-    /// The statement for `rows` rows; `rows` is one of [`SHAPES`].
-    pub(super) fn get(&'static self, rows: usize) -> &'static str {
-        let built = self.built.get_or_init(|| {
-            SHAPES.map(|n| {
-                let row = format!("({})", vec!["?"; self.columns].join(", "));
-                format!(
-                    "{} VALUES {}{}",
-                    self.head,
-                    vec![row; n].join(", "),
-                    self.tail
-                )
-            })
-        });
-        let i = SHAPES
-            .iter()
-            .position(|&n| n == rows)
-            .expect("a fixed shape");
-        &built[i]
-    }
-}
 
 static INSERT_ORDERS: ShapedSql = ShapedSql::new(
     "INSERT INTO orders (order_id, campaign_id, seq, user_id, qty, codes, state, created_at, pay_by)",
@@ -238,7 +181,7 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
         }
         LedgerWrite::Cancel { order_id, at } => {
             // No RETURNING (a temporary b-tree per statement): the key names the campaign.
-            let (campaign_id, seq) = super::sqlite::order_key(order_id);
+            let (campaign_id, seq) = super::order_key(order_id);
             let done = sqlx::query(
                 "UPDATE orders SET state = 'cancelled', cancelled_at = ? \
                  WHERE campaign_id = ? AND seq = ? AND state IN ('active', 'pending', 'confirmed')",
@@ -253,7 +196,9 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             }
             Ok(())
         }
-        LedgerWrite::AdminKey { key, at } => super::admin_keys::insert_sqlite(conn, key, *at).await,
+        LedgerWrite::AdminKey { key, at } => {
+            crate::ledger::admin_keys::insert_sqlite(conn, key, *at).await
+        }
         LedgerWrite::Limits {
             campaign_id,
             limits,
@@ -310,13 +255,13 @@ pub(super) async fn write_batch(
             in_batch.contains(id.as_str())
         });
     for w in earlier {
-        super::sqlite_holds::resolve(conn, w).await?;
+        super::holds::resolve(conn, w).await?;
     }
     insert_orders(conn, &orders).await?;
-    super::sqlite_live::count_inserted(conn, &orders).await?;
+    super::live::count_inserted(conn, &orders).await?;
     insert_idem(conn, &idem).await?;
     for w in later {
-        super::sqlite_holds::resolve(conn, w).await?;
+        super::holds::resolve(conn, w).await?;
     }
     Ok(())
 }
@@ -324,6 +269,7 @@ pub(super) async fn write_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::sqlite::shaped::SHAPES;
 
     #[test]
     fn batches_are_cut_into_fixed_shapes_in_order() {

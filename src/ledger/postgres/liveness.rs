@@ -12,10 +12,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use super::postgres::PgLedger;
-use super::postgres_recovery::campaign_row;
-use super::rows::micros;
+use super::recovery::campaign_row;
+use super::PgLedger;
 use crate::engine::state::CampaignState;
+use crate::ledger::rows::micros;
 
 /// The campaigns of the ledger by whether they can still sell or resolve anything
 /// ([`PgLedger::campaign_liveness`]), each oldest first.
