@@ -81,6 +81,28 @@ pub enum Supply {
     Codes(Vec<String>),
 }
 
+/// The immutable part of a campaign.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CampaignDef {
+    pub id: String,
+    pub kind: Kind,
+    pub per_user_limit: u64,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    /// Seconds a won order waits for its confirm; `None`: orders are final at once.
+    pub hold_seconds: Option<u32>,
+}
+
+impl CampaignDef {
+    /// Whether a campaign of this definition can never sell again from `now` on in `status`:
+    /// closed (for good), or past its `ends_at` (which never changes). Both engines decide
+    /// these before they read a buyer's holding, so such a campaign answers every claim
+    /// without them (a *dormant* campaign, README "How it works").
+    pub fn stopped_for_good(&self, status: Status, now: DateTime<Utc>) -> bool {
+        status == Status::Closed || self.ends_at.is_some_and(|e| now >= e)
+    }
+}
+
 /// The body of `POST /v1/campaigns` as it arrives on the wire: exactly one of `stock` or
 /// `codes`.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -14,8 +14,8 @@ mod validate;
 
 pub use admin_key::AdminKey;
 pub use campaign::{
-    CampaignView, HoldsView, Kind, NewCampaign, NewCampaignBody, Restock, RestockBody, Status,
-    Supply, MAX_HOLD_SECONDS, MAX_TOTAL,
+    CampaignDef, CampaignView, HoldsView, Kind, NewCampaign, NewCampaignBody, Restock, RestockBody,
+    Status, Supply, MAX_HOLD_SECONDS, MAX_TOTAL,
 };
 pub use claim::{ClaimAnswer, ClaimRequest, IdempotencyKey, Outcome};
 pub use error::Error;

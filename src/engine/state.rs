@@ -14,18 +14,7 @@ use crate::domain::{CampaignView, ClaimAnswer, HoldsView, Kind, OrderState, Outc
 
 pub use self::holdings::Holdings;
 pub use self::holds::{Held, Holds, NotConfirmable};
-
-/// The immutable part of a campaign.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CampaignDef {
-    pub id: String,
-    pub kind: Kind,
-    pub per_user_limit: u64,
-    pub starts_at: Option<DateTime<Utc>>,
-    pub ends_at: Option<DateTime<Utc>>,
-    /// Seconds a won order waits for its confirm; `None`: orders are final at once.
-    pub hold_seconds: Option<u32>,
-}
+pub use crate::domain::CampaignDef;
 
 /// Units taken from a campaign by a winning claim, not yet confirmed durable.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +117,7 @@ impl CampaignState {
     /// closed (for good), or past its `ends_at` (which never changes). The engine decides both
     /// before it reads a buyer's holding, so such a campaign answers every claim without them.
     pub fn stopped_for_good(def: &CampaignDef, status: Status, now: DateTime<Utc>) -> bool {
-        status == Status::Closed || def.ends_at.is_some_and(|e| now >= e)
+        def.stopped_for_good(status, now)
     }
 
     /// Whether this is a [`CampaignState::dormant`] state.

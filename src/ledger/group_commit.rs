@@ -364,17 +364,14 @@ impl Writer {
     }
 }
 
-/// The kind of a failed batch. An error the ledger did not classify as a [`WriteFault`] is
-/// *unknown*: nothing vouches that it was not written, so the engine re-reads the ledger
-/// rather than undo reservations whose orders may be on disk.
-fn classify(e: &anyhow::Error) -> CommitError {
-    let reason = format!("{e:#}");
-    let fault = match e.downcast_ref::<WriteFault>() {
-        Some(WriteFault::NotCommitted(_)) => CommitFault::NotCommitted,
-        Some(WriteFault::Diverged(_)) => CommitFault::Diverged,
-        Some(WriteFault::Unknown(_)) | None => CommitFault::Unknown,
+/// The kind of a failed batch, as the ledger told it.
+fn classify(e: &WriteFault) -> CommitError {
+    let fault = match e {
+        WriteFault::NotCommitted(_) => CommitFault::NotCommitted,
+        WriteFault::Diverged(_) => CommitFault::Diverged,
+        WriteFault::Unknown(_) => CommitFault::Unknown,
     };
-    CommitError::new(fault, reason)
+    CommitError::new(fault, e.to_string())
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -13,25 +13,26 @@ mod migrations;
 mod postgres;
 pub(crate) mod rows;
 mod sqlite;
+mod write_fault;
 
 pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
 pub use postgres::entries::PipelineWrite;
 pub use postgres::holds::{Applied, Transition};
 pub use postgres::lineage::{stream_pos, NodeRead, Origin, Recorded, StreamPos, Verdict};
-pub use postgres::liveness::Liveness;
+pub use postgres::liveness::{Dormant, Liveness};
 pub use postgres::ops::{is_data_error, FailedOrder, Restocked};
 pub use postgres::pipeline::PipelineOutcome;
 pub use postgres::recovery::{GateSnapshot, PendingOrder};
 pub use postgres::PgLedger;
-pub use sqlite::writer::WriteFault;
 pub use sqlite::SqliteLedger;
+pub use write_fault::WriteFault;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::domain::CampaignDef;
 use crate::domain::{CampaignLimits, ClaimAnswer, Order, Status};
-use crate::engine::state::CampaignDef;
 
 /// An idempotency answer to keep: the first processed answer for (campaign, user, key).
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +164,7 @@ pub trait Recovery: Send {
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
     /// Applies the writes in one transaction: all or nothing.
-    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()>;
+    async fn apply(&self, writes: &[&LedgerWrite]) -> Result<(), WriteFault>;
 
     async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>>;
 

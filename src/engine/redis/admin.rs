@@ -20,7 +20,7 @@
 use super::scripts::Guarded;
 use super::{redis_failed, ScaleOut};
 use crate::domain::{now, AdminKey, CampaignView, Error, NewCampaign, Restock, Status, Supply};
-use crate::engine::state::{CampaignDef, CampaignState};
+use crate::engine::state::{CampaignDef, CampaignState, Rebuild};
 use crate::ledger::{admin_keys, PgLedger};
 
 /// A change the ledger committed but Redis did not take: a 503 that says so, since a retry
@@ -50,7 +50,7 @@ pub async fn rebuild_from_ledger(
         .await
         .map_err(ledger_failed(failed))?
         .ok_or_else(|| Error::campaign_not_found(id))?;
-    let state = stored.state();
+    let state = gate_state(&stored);
     if state.def.hold_seconds.is_some() {
         // Before the install: a campaign with holds is never in Redis unknown to the sweepers.
         redis::AsyncCommands::sadd::<_, _, ()>(conn, super::keys::HOLDS_SET, id)
@@ -354,4 +354,26 @@ impl ScaleOut {
             status = again;
         }
     }
+}
+
+/// The campaign's state rebuilt from the ledger's snapshot of it: active and confirmed orders
+/// hold their units, pending ones hold them too and keep their deadlines
+/// (`CampaignState::holds`).
+pub fn gate_state(stored: &crate::ledger::GateSnapshot) -> CampaignState {
+    let mut rebuild = Rebuild::new(
+        stored.def.clone(),
+        stored.total,
+        stored.status,
+        stored.max_seq,
+    );
+    for code in &stored.codes {
+        rebuild.code(code.clone());
+    }
+    for (user, qty, codes) in &stored.active {
+        rebuild.order(user, *qty, codes);
+    }
+    for p in &stored.pending {
+        rebuild.pending(p.seq, &p.user_id, p.qty, &p.codes, p.pay_by);
+    }
+    rebuild.finish()
 }

@@ -54,10 +54,13 @@ impl ScaleOut {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<CampaignState>, Error> {
-        self.ledger
+        let row = self
+            .ledger
             .dormant_state(id, now)
             .await
-            .map_err(ledger_failed("reading the campaign failed"))
+            .map_err(ledger_failed("reading the campaign failed"))?;
+        // The gate's numbering is not needed: a dormant campaign never numbers an order.
+        Ok(row.map(|d| CampaignState::dormant(d.def, d.total, d.status, d.live_units, 0)))
     }
 
     /// The answer to a claim on a campaign Redis lacks, if the ledger says it is dormant and

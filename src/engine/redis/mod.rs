@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use admin::rebuild_from_ledger;
+pub use admin::{gate_state, rebuild_from_ledger};
 pub use batch::{replicas::WaitReplicas, BatchClaim, BatchOptions, Batcher};
 pub use conn::{RedisConn, RedisTarget};
 pub use held::order_of_record;

@@ -3,14 +3,18 @@
 use super::*;
 
 #[test]
-fn only_a_fault_that_says_so_counts_as_not_written() {
-    let kind = |e: anyhow::Error| classify(&e).fault;
-    let not = WriteFault::NotCommitted("disk full".into());
-    assert_eq!(kind(not.into()), CommitFault::NotCommitted);
-    let wrapped = anyhow::Error::from(WriteFault::Diverged("id taken".into())).context("batch");
-    assert_eq!(kind(wrapped), CommitFault::Diverged);
+fn a_batch_fails_as_the_ledger_tells_it() {
+    let kind = |e: WriteFault| classify(&e).fault;
     assert_eq!(
-        kind(anyhow::anyhow!("a driver error")),
+        kind(WriteFault::NotCommitted("disk full".into())),
+        CommitFault::NotCommitted
+    );
+    assert_eq!(
+        kind(WriteFault::Diverged("id taken".into())),
+        CommitFault::Diverged
+    );
+    assert_eq!(
+        kind(WriteFault::Unknown("I/O error at COMMIT".into())),
         CommitFault::Unknown
     );
 }

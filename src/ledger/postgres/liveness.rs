@@ -5,7 +5,7 @@
 //!
 //! Dormant: `closed`, or past its `ends_at`, and no `pending` order. It is final: a closed
 //! campaign stays closed, `ends_at` never changes, and only a sale makes an order pending.
-//! The rule is [`CampaignState::stopped_for_good`] plus the pending check; the list query
+//! The rule is [`CampaignDef::stopped_for_good`](crate::domain::CampaignDef::stopped_for_good) plus the pending check; the list query
 //! states it in SQL. `now` is the caller's: the scale-out engine passes Redis's clock (which
 //! its scripts judge sale windows by) less a margin, never the instance's own.
 
@@ -14,7 +14,6 @@ use sqlx::Row;
 
 use super::recovery::campaign_row;
 use super::PgLedger;
-use crate::engine::state::CampaignState;
 use crate::ledger::rows::micros;
 
 /// The campaigns of the ledger by whether they can still sell or resolve anything
@@ -26,6 +25,16 @@ pub struct Liveness {
     /// Those (live or dormant) whose status is `paused` or `closed`: a gate from an older
     /// snapshot that still says `active` would sell from them.
     pub stopped: Vec<String>,
+}
+
+/// A dormant campaign as the ledger holds it: all a view or a claim needs of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dormant {
+    pub def: crate::domain::CampaignDef,
+    pub total: u64,
+    pub status: crate::domain::Status,
+    /// Units sold and not given back (`campaigns.live_units`).
+    pub live_units: u64,
 }
 
 impl PgLedger {
@@ -57,13 +66,13 @@ impl PgLedger {
         Ok(out)
     }
 
-    /// Campaign `id` as a [`CampaignState::dormant`] (definition, total, live units, no
-    /// buyers) if it is dormant at `now`; `None` if it is live or not in the ledger. One row.
+    /// Campaign `id` as the ledger holds it (definition, total, status, live units) if it is
+    /// dormant at `now`; `None` if it is live or not in the ledger. One row.
     pub async fn dormant_state(
         &self,
         id: &str,
         now: DateTime<Utc>,
-    ) -> anyhow::Result<Option<CampaignState>> {
+    ) -> anyhow::Result<Option<Dormant>> {
         let Some(r) = sqlx::query(
             "SELECT c.id, c.kind, c.total, c.per_user_limit, c.status, c.starts_at, c.ends_at, \
                     c.hold_seconds, c.live_units, \
@@ -78,11 +87,14 @@ impl PgLedger {
         };
         let (def, total, status) = campaign_row(&r)?;
         let pending: bool = r.get(9);
-        if pending || !CampaignState::stopped_for_good(&def, status, now) {
+        if pending || !def.stopped_for_good(status, now) {
             return Ok(None);
         }
-        let live = r.get::<i64, _>(8) as u64;
-        // The gate's numbering is not needed: a dormant campaign never numbers an order.
-        Ok(Some(CampaignState::dormant(def, total, status, live, 0)))
+        Ok(Some(Dormant {
+            def,
+            total,
+            status,
+            live_units: r.get::<i64, _>(8) as u64,
+        }))
     }
 }

@@ -27,13 +27,41 @@ use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use crate::domain::{CampaignLimits, Order};
 use crate::ledger::rows::{self, micros, OrderRow};
-use crate::ledger::{IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign, Wanted};
+use crate::ledger::{
+    IdemRecord, Ledger, LedgerWrite, Recovery, StoredCampaign, Wanted, WriteFault,
+};
 
 /// Rows per multi-row INSERT: 9 columns × 1000 stays far below PostgreSQL's 65,535 parameters.
 const ROWS_PER_INSERT: usize = 1000;
 
 pub struct PgLedger {
     pub(super) pool: PgPool,
+}
+
+impl PgLedger {
+    /// [`Ledger::apply`], keeping the driver's error.
+    pub(crate) async fn apply_batch(&self, writes: &[&LedgerWrite]) -> Result<(), BatchFailure> {
+        let before = |e: anyhow::Error| BatchFailure {
+            error: e,
+            at_commit: false,
+        };
+        let mut tx = self.pool.begin().await.map_err(|e| before(e.into()))?;
+        let mut orders = Vec::new();
+        let mut idem = Vec::new();
+        for w in writes {
+            match w {
+                LedgerWrite::Order(o) => orders.push(o),
+                LedgerWrite::Idem(r) => idem.push(r),
+                other => apply_one(&mut tx, other).await.map_err(before)?,
+            }
+        }
+        insert_orders(&mut tx, &orders).await.map_err(before)?;
+        insert_idem(&mut tx, &idem).await.map_err(before)?;
+        tx.commit().await.map_err(|e| BatchFailure {
+            error: e.into(),
+            at_commit: true,
+        })
+    }
 }
 
 impl PgLedger {
@@ -178,6 +206,28 @@ pub(super) async fn event(
     Ok(())
 }
 
+/// A failed batch: the driver's error (its SQLSTATE tells a duplicate campaign apart), and
+/// whether it came from COMMIT.
+pub(crate) struct BatchFailure {
+    pub(crate) error: anyhow::Error,
+    at_commit: bool,
+}
+
+impl BatchFailure {
+    /// What the batch left: refused by one of the ledger's rules, the ledger contradicts the
+    /// writer (`ledger::invariants`; a deferred rule refuses at COMMIT and rolls back); refused
+    /// otherwise before COMMIT, nothing is written (the transaction rolls back when dropped); a
+    /// failed COMMIT may have committed.
+    fn fault(&self) -> WriteFault {
+        let text = format!("{:#}", self.error);
+        match crate::ledger::invariants::refused_rule(&self.error) {
+            Some(_) => WriteFault::Diverged(text),
+            None if self.at_commit => WriteFault::Unknown(text),
+            None => WriteFault::NotCommitted(text),
+        }
+    }
+}
+
 async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Result<()> {
     match write {
         LedgerWrite::Order(_) | LedgerWrite::Idem(_) => unreachable!("batched by the caller"),
@@ -282,21 +332,8 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
 
 #[async_trait]
 impl Ledger for PgLedger {
-    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
-        let mut tx = self.pool.begin().await?;
-        let mut orders = Vec::new();
-        let mut idem = Vec::new();
-        for w in writes {
-            match w {
-                LedgerWrite::Order(o) => orders.push(o),
-                LedgerWrite::Idem(r) => idem.push(r),
-                other => apply_one(&mut tx, other).await?,
-            }
-        }
-        insert_orders(&mut tx, &orders).await?;
-        insert_idem(&mut tx, &idem).await?;
-        tx.commit().await?;
-        Ok(())
+    async fn apply(&self, writes: &[&LedgerWrite]) -> Result<(), WriteFault> {
+        self.apply_batch(writes).await.map_err(|f| f.fault())
     }
 
     async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::{event, insert_codes, PgLedger, ORDER_COLUMNS, SELECT_ORDER};
+use crate::domain::CampaignDef;
 use crate::domain::{AdminKey, Error, Order, Restock, Status};
-use crate::engine::state::CampaignDef;
 use crate::ledger::admin_keys::{insert_pg, lookup_pg, Remembered};
 use crate::ledger::rows::{micros, OrderRow};
 use crate::ledger::LedgerWrite;
@@ -104,7 +104,7 @@ impl PgLedger {
         };
         let key_write = key.map(|k| LedgerWrite::AdminKey { key: k.clone(), at });
         let writes: Vec<&LedgerWrite> = std::iter::once(&write).chain(key_write.as_ref()).collect();
-        match crate::ledger::Ledger::apply(self, &writes).await {
+        match self.apply_batch(&writes).await.map_err(|f| f.error) {
             Ok(()) => Ok(()),
             Err(e) if sqlstate_class(&e).as_deref() == Some("23") => Err(Error::Conflict(format!(
                 "campaign '{}' already exists",

@@ -19,8 +19,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::PgLedger;
+use crate::domain::CampaignDef;
 use crate::domain::{Kind, Status};
-use crate::engine::state::{CampaignDef, CampaignState, Rebuild};
 use crate::ledger::rows::{self, micros};
 use crate::ledger::{IdemRecord, PendingRow};
 
@@ -59,24 +59,6 @@ impl PendingOrder {
             codes: &self.codes,
             pay_by: self.pay_by,
         }
-    }
-}
-
-impl GateSnapshot {
-    /// The campaign's state rebuilt from this snapshot: active and confirmed orders hold their
-    /// units, pending ones hold them too and keep their deadlines (`CampaignState::holds`).
-    pub fn state(&self) -> CampaignState {
-        let mut rebuild = Rebuild::new(self.def.clone(), self.total, self.status, self.max_seq);
-        for code in &self.codes {
-            rebuild.code(code.clone());
-        }
-        for (user, qty, codes) in &self.active {
-            rebuild.order(user, *qty, codes);
-        }
-        for p in &self.pending {
-            rebuild.pending(p.seq, &p.user_id, p.qty, &p.codes, p.pay_by);
-        }
-        rebuild.finish()
     }
 }
 

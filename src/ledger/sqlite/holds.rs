@@ -7,9 +7,9 @@
 
 use sqlx::SqliteConnection;
 
-use super::writer::WriteFault;
 use crate::ledger::rows::micros;
 use crate::ledger::LedgerWrite;
+use crate::ledger::WriteFault;
 
 pub(super) async fn resolve(conn: &mut SqliteConnection, w: &LedgerWrite) -> anyhow::Result<()> {
     let (order_id, at, state) = match w {

@@ -33,8 +33,9 @@ use crate::domain::{CampaignLimits, Order};
 use crate::faults::{self, BatchFault};
 use crate::ledger::dir_lock::DirLock;
 use crate::ledger::rows::{micros, OrderRow};
+use crate::ledger::WriteFault;
 use crate::ledger::{Ledger, LedgerWrite, Recovery};
-use writer::{statement_fault, WriteFault, Writer};
+use writer::{statement_fault, Writer};
 
 pub struct SqliteLedger {
     writer: Mutex<Writer>,
@@ -159,15 +160,14 @@ impl SqliteLedger {
 #[async_trait]
 impl Ledger for SqliteLedger {
     /// Errors are [`WriteFault`]s: the group commit tells "nothing written" from "unknown".
-    async fn apply(&self, writes: &[&LedgerWrite]) -> anyhow::Result<()> {
+    async fn apply(&self, writes: &[&LedgerWrite]) -> Result<(), WriteFault> {
         let fault = faults::next_batch();
         match fault {
             BatchFault::Panic => panic!("injected ledger writer panic (SECKILL_FAULTS)"),
             BatchFault::DiskFull => {
                 return Err(WriteFault::NotCommitted(
                     "database or disk is full (injected by SECKILL_FAULTS)".into(),
-                )
-                .into())
+                ))
             }
             BatchFault::None | BatchFault::UnknownAfterCommit | BatchFault::UnknownRolledBack => {}
         }
@@ -176,23 +176,21 @@ impl Ledger for SqliteLedger {
         if let Err(e) = writes::write_batch(conn, writes).await {
             let fault = statement_fault(&e);
             writer.roll_back().await;
-            return Err(fault.into());
+            return Err(fault);
         }
         if fault == BatchFault::UnknownRolledBack {
             writer.roll_back().await;
             writer.discard();
             return Err(WriteFault::Unknown(
                 "disk I/O error at COMMIT, rolled back (injected by SECKILL_FAULTS)".into(),
-            )
-            .into());
+            ));
         }
         writer.commit().await?;
         if fault == BatchFault::UnknownAfterCommit {
             writer.discard();
             return Err(WriteFault::Unknown(
                 "disk I/O error after COMMIT (injected by SECKILL_FAULTS)".into(),
-            )
-            .into());
+            ));
         }
         Ok(())
     }

@@ -20,8 +20,8 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{Row, SqliteConnection};
 
+use crate::domain::CampaignDef;
 use crate::domain::{Kind, Status};
-use crate::engine::state::CampaignDef;
 use crate::ledger::rows::{self, micros};
 use crate::ledger::{IdemRecord, Recovery, StoredCampaign, Wanted};
 
@@ -248,8 +248,8 @@ mod tests {
     use chrono::Utc;
 
     use super::unpack;
+    use crate::domain::CampaignDef;
     use crate::domain::{Kind, Order, OrderState, Status};
-    use crate::engine::state::CampaignDef;
     use crate::ledger::{
         IdemRecord, Ledger, LedgerWrite, Recovery, SqliteLedger, StoredCampaign, Wanted,
     };

@@ -20,20 +20,7 @@
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 
-/// Why a batch did not become (known to be) durable.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WriteFault {
-    /// Nothing of the batch is in the ledger (rolled back, connection verified).
-    #[error("{0}")]
-    NotCommitted(String),
-    /// Rolled back, but the ledger contradicts the engine (an order id it already holds):
-    /// the engine's state must be re-read before anything else is acknowledged.
-    #[error("the ledger contradicts the engine's state: {0}")]
-    Diverged(String),
-    /// The batch may or may not be durable (an I/O error at or after COMMIT).
-    #[error("the commit's outcome is unknown: {0}")]
-    Unknown(String),
-}
+use crate::ledger::WriteFault;
 
 // Primary SQLite result codes (the low byte of an extended code).
 const SQLITE_BUSY: i32 = 5;
