@@ -26,7 +26,9 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use futures::future::join_all;
 use seckill::domain::{ClaimRequest, Kind, NewCampaign, Status, Supply};
 use seckill::engine::backend::Backend;
-use seckill::engine::redis::{BatchClaim, BatchOptions, Batcher, RedisConn, RedisTarget, Scripts};
+use seckill::engine::scale_out::{
+    BatchClaim, BatchOptions, Batcher, RedisConn, RedisTarget, Scripts,
+};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::{Embedded, EmbeddedOptions};
 

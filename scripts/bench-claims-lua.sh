@@ -13,14 +13,14 @@
 # The last row is the same count for seed 002's script (bench/peers/node-lua/seed002.lua: four
 # commands, one claim per call, redis-benchmark -c 10), the baseline of issue 10's Redis row.
 #
-# usage: scripts/bench-claims-lua.sh [SCRIPT=src/engine/redis/lua/claims.lua]
+# usage: scripts/bench-claims-lua.sh [SCRIPT=src/engine/scale_out/lua/claims.lua]
 #        BATCHES="1 23 128" CLAIMS=40000 scripts/bench-claims-lua.sh
 # Compare two versions of the script in the same run:
-#        git show HEAD~1:src/engine/redis/lua/claims.lua >/tmp/old.lua
+#        git show HEAD~1:src/engine/scale_out/lua/claims.lua >/tmp/old.lua
 #        scripts/bench-claims-lua.sh /tmp/old.lua; scripts/bench-claims-lua.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SCRIPT=${1:-src/engine/redis/lua/claims.lua}
+SCRIPT=${1:-src/engine/scale_out/lua/claims.lua}
 BATCHES=${BATCHES:-"23 128"}
 CLAIMS=${CLAIMS:-40000}
 for b in valgrind callgrind_control redis-server redis-cli redis-benchmark python3; do

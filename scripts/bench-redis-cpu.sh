@@ -106,7 +106,7 @@ row seckill_wrk wrk -t1 -c"$CONNS" -d"${SECS}s" -s scripts/bench/wrk-claims.lua 
 # The batch script alone, as the batcher sends it when 128 claims wait (redis-benchmark, 50
 # clients), into the same campaign, so the pipeline moves these orders too: Redis's cost per won
 # claim of a full batch, without the HTTP side's pace deciding the batch size.
-BSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat src/engine/redis/lua/claims.lua)")
+BSHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat src/engine/scale_out/lua/claims.lua)")
 BARGS=()
 for _ in $(seq 128); do BARGS+=("b__rand_int__" 1 0); done
 row seckill_batches_redis_benchmark redis-benchmark -p "$RPORT" -c 50 -P 1 -n 1000 -r 1000000000 --csv \

@@ -89,7 +89,7 @@ echo "orders in PostgreSQL: $ORDERS; units sold per the gate: $((1000000000 - RE
 [ "$ORDERS" -eq $((1000000000 - REMAINING)) ] || { echo "MISMATCH"; exit 1; }
 
 echo "== redis-benchmark: EVALSHA claim.lua alone (50 clients, 300000 calls, distinct users)"
-SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat src/engine/redis/lua/claim.lua)")
+SHA=$(redis-cli -p "$RPORT" SCRIPT LOAD "$(cat src/engine/scale_out/lua/claim.lua)")
 redis-cli -p "$RPORT" HSET '{c:rb}:meta' id rb kind stock total 1000000000 remaining 1000000000 \
     limit 1 status active starts '' ends '' >/dev/null
 redis-benchmark -p "$RPORT" -c 50 -n 300000 -r 100000000 -q \

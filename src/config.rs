@@ -275,8 +275,8 @@ impl Default for ClaimBatchArgs {
 }
 
 impl ClaimBatchArgs {
-    pub fn options(&self) -> crate::engine::redis::BatchOptions {
-        crate::engine::redis::BatchOptions {
+    pub fn options(&self) -> crate::engine::scale_out::BatchOptions {
+        crate::engine::scale_out::BatchOptions {
             max: self.claim_batch as usize,
             wait: std::time::Duration::from_micros(self.claim_batch_wait_us),
             replicas: None,
@@ -346,9 +346,9 @@ impl Default for PipelineArgs {
 
 impl PipelineArgs {
     /// `--redis-wait-replicas`, defaulting to 1 behind Sentinel (`sentinel`), else off.
-    pub fn wait_replicas(&self, sentinel: bool) -> Option<crate::engine::redis::WaitReplicas> {
+    pub fn wait_replicas(&self, sentinel: bool) -> Option<crate::engine::scale_out::WaitReplicas> {
         let n = self.redis_wait_replicas.unwrap_or(u32::from(sentinel));
-        crate::engine::redis::WaitReplicas::new(n, self.redis_wait_timeout_ms)
+        crate::engine::scale_out::WaitReplicas::new(n, self.redis_wait_timeout_ms)
     }
 
     /// The pipeline's options; `sentinel` as in [`Self::wait_replicas`].

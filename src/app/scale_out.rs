@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use super::Parts;
 use crate::config::{PipelineArgs, ServeConfig, WorkerConfig};
-use crate::engine::redis::{RedisConn, RedisSettings, RedisTarget, Scripts, LIMITS_REFRESH};
+use crate::engine::scale_out::{RedisConn, RedisSettings, RedisTarget, Scripts, LIMITS_REFRESH};
 use crate::engine::{ScaleOut, ScaleOutOptions};
 use crate::ledger::PgLedger;
 use crate::pipeline::{self, PipelineOptions};

@@ -27,7 +27,7 @@ use anyhow::Context;
 
 use super::cluster::Cluster;
 use super::schedule::Target;
-use crate::engine::redis::info_field;
+use crate::engine::scale_out::info_field;
 
 /// The decisions a restore may take back: those of requests sent before the kill and
 /// answered after the snapshot's fork. Only the killed Redis can have decided them; a request

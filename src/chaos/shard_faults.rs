@@ -73,7 +73,7 @@ async fn offset(port: u16) -> u64 {
     let info = query(port, &["INFO", "replication"])
         .await
         .unwrap_or_default();
-    crate::engine::redis::info_field(&info, "master_repl_offset")
+    crate::engine::scale_out::info_field(&info, "master_repl_offset")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }

@@ -67,12 +67,12 @@ impl LockTarget {
             return Ok(Locks::new(Arc::new(http)));
         }
         if !self.redis.is_empty() {
-            let target = crate::engine::redis::RedisTarget {
+            let target = crate::engine::scale_out::RedisTarget {
                 urls: self.redis.clone(),
                 cluster: self.redis_cluster,
                 sentinel_master: self.redis_sentinel.clone(),
             };
-            let conn = crate::engine::redis::RedisConn::connect(&target).await?;
+            let conn = crate::engine::scale_out::RedisConn::connect(&target).await?;
             let store = crate::lock::redis::RedisLocks::new(conn);
             return Ok(Locks::new(Arc::new(store)));
         }

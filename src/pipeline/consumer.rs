@@ -32,7 +32,7 @@ use redis::streams::{StreamId, StreamReadReply};
 
 use super::entry::Entry;
 use super::PipelineOptions;
-use crate::engine::redis::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
+use crate::engine::scale_out::{Health, Keys, RedisConn, Scripts, WaitReplicas, GROUP};
 use crate::ledger::{is_data_error, PgLedger, PipelineOutcome, PipelineWrite};
 
 /// What one step did.
@@ -149,7 +149,7 @@ impl Consumer {
     /// Reachability changes of this consumer's Redis connection (`None` for a cluster).
     pub fn redis_watch(
         &self,
-    ) -> Option<tokio::sync::watch::Receiver<crate::engine::redis::Health>> {
+    ) -> Option<tokio::sync::watch::Receiver<crate::engine::scale_out::Health>> {
         self.conn.watch()
     }
 

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 pub use consumer::{Consumer, Step, LEDGER_RULE, LOST, RECLAIM_JOB, REISSUED};
 pub use entry::Entry;
 
-use crate::engine::redis::{Health, RedisConn, RedisTarget, Scripts};
+use crate::engine::scale_out::{Health, RedisConn, RedisTarget, Scripts};
 use crate::ledger::PgLedger;
 use crate::supervise::Supervisor;
 
@@ -32,7 +32,7 @@ pub struct PipelineOptions {
     pub consumer: String,
     /// Move orders into the ledger only once this many replicas have them
     /// (`--redis-wait-replicas`).
-    pub replicas: Option<crate::engine::redis::WaitReplicas>,
+    pub replicas: Option<crate::engine::scale_out::WaitReplicas>,
 }
 
 impl PipelineOptions {

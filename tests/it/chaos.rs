@@ -250,7 +250,7 @@ fn a_stepped_server_clock_moves_no_deadline() {
 /// twice killed -9 a moment after its replica was frozen and cut off (the replica promoted
 /// misses the master's last writes), then a graceful `CLUSTER FAILOVER` — with held orders,
 /// payers and lock clients. Nothing answered after a promotion may be lost or contradicted:
-/// before the lineage check (`src/engine/redis/lineage.rs`) the promoted replica reissued
+/// before the lineage check (`src/engine/scale_out/lineage.rs`) the promoted replica reissued
 /// order ids and confirmed orders the ledger held expired (seed 11, schedule 2).
 #[test]
 fn cluster_failovers_behind_the_ledger_break_no_promise() {

@@ -9,7 +9,7 @@
 //! request future) can therefore never leave the ledger changed and the engine not, nor release
 //! the admin mutex half-way through an operation.
 
-use super::cell::Cell;
+use super::cell::CampaignCell;
 use super::Embedded;
 use crate::domain::{
     now, AdminKey, CampaignLimits, CampaignView, Error, NewCampaign, Restock, Status, Supply,
@@ -136,7 +136,7 @@ impl Embedded {
             .run(epoch, Self::with_key(writes, key))
             .await
             .map_err(commit_failed)?;
-        let cell = Cell::new(
+        let cell = CampaignCell::new(
             CampaignState::new(def, total, codes, Status::Active),
             &self.board,
             epoch,

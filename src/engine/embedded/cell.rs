@@ -22,7 +22,7 @@ pub(super) struct QueuedConfirm {
     pub(super) reply: tokio::sync::oneshot::Sender<Result<Order, Error>>,
 }
 
-pub(super) struct Cell {
+pub(super) struct CampaignCell {
     pub(super) inner: Mutex<Inner>,
     pub(super) admin: tokio::sync::Mutex<()>,
     /// Confirms waiting for the next batch (`confirm.rs`), decided under `admin`.
@@ -34,7 +34,7 @@ pub(super) struct Cell {
     pub(super) epoch: u64,
 }
 
-impl Cell {
+impl CampaignCell {
     pub(super) fn new(
         state: CampaignState,
         board: &StockBoard,

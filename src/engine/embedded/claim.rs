@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use super::cell::{Cell, Inner};
+use super::cell::{CampaignCell, Inner};
 use super::Embedded;
 use crate::domain::{ClaimAnswer, ClaimRequest, Error, IdempotencyKey, Kind, Order};
 use crate::engine::idempotency::{self, commit_failed, Slot};
@@ -49,7 +49,7 @@ impl Embedded {
     /// The atomic step under the campaign lock, its order and answer handed to the commit.
     fn decide_locked(
         &self,
-        cell: &Arc<Cell>,
+        cell: &Arc<CampaignCell>,
         id: &str,
         req: &ClaimRequest,
         key: Option<&IdempotencyKey>,
@@ -170,7 +170,7 @@ enum Step {
 /// unknown or contradicted commit it touches nothing: this state is about to be replaced by
 /// the one re-read from the ledger, which alone knows whether the order exists.
 fn settle(
-    cell: &Cell,
+    cell: &CampaignCell,
     inner: &mut Inner,
     failed: Option<&CommitError>,
     reservation: Option<&Reservation>,

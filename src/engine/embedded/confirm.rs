@@ -4,7 +4,7 @@
 //! mutex until its write is durable and settled (so a second confirm, a cancel or the sweeper
 //! never sees one half done). One confirm per commit would make a campaign's confirm rate the
 //! inverse of an fsync — a few hundred a second — exactly when a sale's payment callbacks
-//! arrive in a burst. So confirms queue on their campaign's [`Cell`] and whoever takes the
+//! arrive in a burst. So confirms queue on their campaign's [`CampaignCell`] and whoever takes the
 //! admin mutex next decides *every* queued confirm under one campaign lock and writes them in
 //! one group commit; the others find their answer waiting when their turn comes (tokio's
 //! mutex is fair, so nobody waits behind more than one batch it is not part of).
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use tokio::sync::oneshot;
 
-use super::cell::{Cell, QueuedConfirm};
+use super::cell::{CampaignCell, QueuedConfirm};
 use super::Embedded;
 use crate::domain::{Error, Order, OrderState};
 use crate::engine::backend::Backend;
@@ -59,7 +59,7 @@ impl Embedded {
     }
 
     /// Decides and commits a batch of confirms; call with the campaign's admin mutex held.
-    async fn confirm_batch(&self, cell: &Cell, batch: Vec<QueuedConfirm>) {
+    async fn confirm_batch(&self, cell: &CampaignCell, batch: Vec<QueuedConfirm>) {
         let now = self.clock.now();
         let decided: Result<Vec<Decided>, Error> = {
             let mut inner = cell.inner.lock();
@@ -118,7 +118,7 @@ impl Embedded {
     /// not commit, the orders go back to pending.
     async fn commit_confirms(
         &self,
-        cell: &Cell,
+        cell: &CampaignCell,
         batch: &[QueuedConfirm],
         decided: &[Decided],
         now: chrono::DateTime<chrono::Utc>,

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cell::Cell;
+use super::cell::CampaignCell;
 use super::Embedded;
 use crate::domain::{parse_order_id, Error, Order, OrderState};
 use crate::engine::backend::Backend;
@@ -50,7 +50,7 @@ impl Embedded {
     }
 
     /// The cell of an order's campaign, or 404 for the order.
-    pub(super) fn order_cell(&self, order_id: &str) -> Result<(Arc<Cell>, u64), Error> {
+    pub(super) fn order_cell(&self, order_id: &str) -> Result<(Arc<CampaignCell>, u64), Error> {
         let (campaign_id, seq) = parse_order_id(order_id)?;
         let cell = self
             .cell(campaign_id)
@@ -103,7 +103,7 @@ impl Embedded {
     }
 
     /// Refuses to act on state that is being replaced by the ledger's (call under the lock).
-    pub(super) fn current(&self, cell: &Cell) -> Result<(), Error> {
+    pub(super) fn current(&self, cell: &CampaignCell) -> Result<(), Error> {
         if cell.epoch != self.commit.epoch() {
             return Err(Error::not_committed(
                 "the engine is re-reading its state from the ledger",
@@ -115,7 +115,7 @@ impl Embedded {
     /// Expires every due order of every campaign with holds; the number expired.
     pub(super) async fn sweep(&self) -> Result<usize, Error> {
         let now = self.clock.now();
-        let due: Vec<Arc<Cell>> = self
+        let due: Vec<Arc<CampaignCell>> = self
             .campaigns
             .read()
             .values()
@@ -134,7 +134,7 @@ impl Embedded {
     }
 
     /// Expires the due orders of one campaign; call with its admin mutex held.
-    pub(super) async fn expire_locked(&self, cell: &Cell) -> Result<usize, Error> {
+    pub(super) async fn expire_locked(&self, cell: &CampaignCell) -> Result<usize, Error> {
         let mut n = 0;
         loop {
             let now = self.clock.now();

@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::RwLock;
 
-use self::cell::Cell;
+use self::cell::CampaignCell;
 use super::idempotency::IdemLimits;
 use crate::clock::Clock;
 use crate::domain::{
@@ -78,7 +78,7 @@ impl EmbeddedOptions {
 }
 
 pub struct Embedded {
-    campaigns: RwLock<HashMap<String, Arc<Cell>>>,
+    campaigns: RwLock<HashMap<String, Arc<CampaignCell>>>,
     board: Arc<StockBoard>,
     ledger: Arc<SqliteLedger>,
     commit: GroupCommit,
@@ -200,7 +200,7 @@ impl Embedded {
         Ok(())
     }
 
-    fn cell(&self, id: &str) -> Result<Arc<Cell>, Error> {
+    fn cell(&self, id: &str) -> Result<Arc<CampaignCell>, Error> {
         self.campaigns
             .read()
             .get(id)

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 
-use super::cell::Cell;
+use super::cell::CampaignCell;
 use super::Embedded;
 use crate::domain::Error;
 use crate::engine::idempotency::{IdemLimits, IdemSlots, Slot};
@@ -48,18 +48,18 @@ pub(super) async fn load_cells(
     idem_limits: IdemLimits,
     epoch: u64,
     now: DateTime<Utc>,
-) -> anyhow::Result<HashMap<String, Arc<Cell>>> {
+) -> anyhow::Result<HashMap<String, Arc<CampaignCell>>> {
     let mut loader = Loader::new(idempotency_ttl, idem_limits, Some(now));
     ledger.recover(loader.since, &mut loader).await?;
     let mut cells = HashMap::with_capacity(loader.campaigns.len() + loader.dormant.len());
     for state in loader.dormant {
         let v = state.view();
         tracing::info!(campaign = %v.id, total = v.total, remaining = v.remaining, status = v.status.as_str(), "campaign recovered dormant (closed or ended; its buyers stay in the ledger)");
-        cells.insert(v.id, Cell::new(state, board, epoch, idem_limits));
+        cells.insert(v.id, CampaignCell::new(state, board, epoch, idem_limits));
     }
     for (rebuild, idem) in loader.campaigns {
         let state = rebuild.finish();
-        let cell = Cell::new(state, board, epoch, idem_limits);
+        let cell = CampaignCell::new(state, board, epoch, idem_limits);
         let mut inner = cell.inner.lock();
         inner.idem = idem;
         let v = inner.state.view();
@@ -95,7 +95,7 @@ impl Embedded {
     /// else changes a dormant campaign's stock (its claims answer from status and window), so
     /// the ledger read and the swap need no other lock. Its idempotency answers stay the
     /// cell's own, which hold every answer since the cell was built.
-    pub(super) async fn awake(&self, cell: &Cell) -> Result<(), Error> {
+    pub(super) async fn awake(&self, cell: &CampaignCell) -> Result<(), Error> {
         let id = {
             let inner = cell.inner.lock();
             if !inner.state.is_dormant() {

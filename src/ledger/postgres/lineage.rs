@@ -2,7 +2,7 @@
 //! entries may still come from.
 //!
 //! When a Cluster node is promoted after missing writes, the instances check each campaign on
-//! it against the ledger before it serves (`engine/redis/lineage.rs`): numbering not behind, no
+//! it against the ledger before it serves (`engine/scale_out/lineage.rs`): numbering not behind, no
 //! order pending there that the ledger holds resolved. That check reads the ledger as it is; a
 //! consumer that read entries from the old master before the failover and commits them after
 //! the check (it was frozen, or slow) would still write orders the new node never had, whose

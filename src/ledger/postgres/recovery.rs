@@ -65,7 +65,7 @@ impl PendingOrder {
 impl PgLedger {
     /// One campaign with everything needed to rebuild its gate state; `None` if unknown.
     /// The highest order number the ledger holds, per campaign that has orders: what a gate
-    /// must never be behind (`engine::redis` checks it after every reconnect). One index probe
+    /// must never be behind (`engine::scale_out` checks it after every reconnect). One index probe
     /// per campaign (`orders_by_campaign`), not a scan of every order.
     pub async fn high_water(&self) -> anyhow::Result<Vec<(String, u64)>> {
         let rows: Vec<(String, Option<i64>)> = sqlx::query_as(

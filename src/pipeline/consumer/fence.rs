@@ -8,7 +8,7 @@ use redis::AsyncCommands;
 
 use super::Consumer;
 use crate::domain::{now, Order};
-use crate::engine::redis::{Keys, RedisConn};
+use crate::engine::scale_out::{Keys, RedisConn};
 use crate::ledger::{FailedOrder, PipelineWrite};
 use crate::pipeline::entry::Entry;
 
@@ -99,7 +99,7 @@ impl Consumer {
             if !self.scripts.fence(&mut self.conn, &id, true).await? {
                 continue; // orders of it still in the stream, or rebuilt meanwhile
             }
-            crate::engine::redis::rebuild_from_ledger(
+            crate::engine::scale_out::rebuild_from_ledger(
                 &mut self.conn,
                 &self.ledger,
                 &self.scripts,

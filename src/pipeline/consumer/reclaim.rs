@@ -25,7 +25,7 @@ use std::time::Duration;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 
 use super::{is_nogroup, Consumer, Step};
-use crate::engine::redis::{Keys, RedisConn, GROUP};
+use crate::engine::scale_out::{Keys, RedisConn, GROUP};
 use crate::lock::fenced::StaleFence;
 use crate::lock::{redis::RedisLocks, Attempt, LeaseGuard, Locks};
 use crate::pipeline::entry::Entry;

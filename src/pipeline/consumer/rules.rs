@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use super::Consumer;
-use crate::engine::redis::Keys;
+use crate::engine::scale_out::Keys;
 use crate::ledger::PipelineWrite;
 use crate::pipeline::entry::Entry;
 

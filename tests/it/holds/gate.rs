@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 use redis::AsyncCommands;
 
 use seckill::domain::{Kind, OrderState, Outcome, Status};
-use seckill::engine::redis::{
+use seckill::engine::scale_out::{
     order_of_record, BatchClaim, Claimed, Keys, RedisConn, RedisTarget, Scripts,
 };
 use seckill::engine::state::{CampaignDef, CampaignState, Decision};

@@ -20,12 +20,12 @@ use seckill::lock::{Attempt, Lease, Locks};
 
 /// Redis as a lock store (one node, Sentinel or Cluster).
 pub async fn redis_locks(urls: &[String], sentinel: Option<&str>) -> Locks {
-    let target = seckill::engine::redis::RedisTarget {
+    let target = seckill::engine::scale_out::RedisTarget {
         urls: urls.to_vec(),
         cluster: false,
         sentinel_master: sentinel.map(str::to_owned),
     };
-    let conn = seckill::engine::redis::RedisConn::connect(&target)
+    let conn = seckill::engine::scale_out::RedisConn::connect(&target)
         .await
         .expect("connect to Redis");
     Locks::new(Arc::new(seckill::lock::redis::RedisLocks::new(conn)))

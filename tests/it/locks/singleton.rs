@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use seckill::config::ServeConfig;
-use seckill::engine::redis::RECONCILE_JOB;
+use seckill::engine::scale_out::RECONCILE_JOB;
 
 use super::{grant, redis_locks};
 use crate::helpers::TOKEN;

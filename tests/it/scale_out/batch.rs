@@ -11,7 +11,7 @@ use serde_json::json;
 
 use seckill::bench::client::ClaimReply;
 use seckill::domain::{ClaimAnswer, Kind, Status};
-use seckill::engine::redis::{BatchClaim, Keys, RedisConn, RedisTarget, Scripts};
+use seckill::engine::scale_out::{BatchClaim, Keys, RedisConn, RedisTarget, Scripts};
 use seckill::engine::state::{CampaignDef, CampaignState};
 use seckill::engine::IdemLimits;
 use seckill::pipeline::Entry;
@@ -42,13 +42,13 @@ fn neutral(a: &ClaimAnswer, id: &str) -> ClaimAnswer {
     a
 }
 
-fn describe(c: &seckill::engine::redis::Claimed, id: &str) -> String {
+fn describe(c: &seckill::engine::scale_out::Claimed, id: &str) -> String {
     match c {
-        seckill::engine::redis::Claimed::Answer(a) => format!("{:?}", neutral(a, id)),
-        seckill::engine::redis::Claimed::Missing => "missing".into(),
-        seckill::engine::redis::Claimed::Fenced => "fenced".into(),
-        seckill::engine::redis::Claimed::NoReplicas => "replicas".into(),
-        seckill::engine::redis::Claimed::Unchecked => "unchecked".into(),
+        seckill::engine::scale_out::Claimed::Answer(a) => format!("{:?}", neutral(a, id)),
+        seckill::engine::scale_out::Claimed::Missing => "missing".into(),
+        seckill::engine::scale_out::Claimed::Fenced => "fenced".into(),
+        seckill::engine::scale_out::Claimed::NoReplicas => "replicas".into(),
+        seckill::engine::scale_out::Claimed::Unchecked => "unchecked".into(),
     }
 }
 

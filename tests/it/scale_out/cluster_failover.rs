@@ -2,7 +2,7 @@
 //! promoted (`CLUSTER FAILOVER TAKEOVER`, as an operator or a failover after the node timeout
 //! does): the promoted node holds the campaign as it was `UNSEEN` wins earlier, while
 //! PostgreSQL already has those wins. Before anything is decided on that node, the campaign is
-//! checked against the ledger on its new replication lineage and rebuilt (`engine/redis/
+//! checked against the ledger on its new replication lineage and rebuilt (`engine/scale_out/
 //! lineage.rs`): no order id is answered twice, no buyer who won before wins again, every
 //! `won` answered afterwards is that buyer's order in PostgreSQL, nothing lands in
 //! `failed_orders`. Without the check the first claims after the failover were answered `won`

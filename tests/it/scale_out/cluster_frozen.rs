@@ -19,7 +19,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use seckill::domain::{ClaimAnswer, Outcome};
-use seckill::engine::redis::Keys;
+use seckill::engine::scale_out::Keys;
 use seckill::ledger::PgLedger;
 use seckill::pipeline::LOST;
 

@@ -133,7 +133,7 @@ async fn idle_sold_out_campaign_never_rereads_its_holders() {
         .await
         .unwrap();
     // Many holders, as if a large sale had sold out (written straight into the gate).
-    let users = seckill::engine::redis::Keys::new("idle").users();
+    let users = seckill::engine::scale_out::Keys::new("idle").users();
     for chunk in 0..200 {
         let mut cmd = redis::cmd("HSET");
         cmd.arg(&users);

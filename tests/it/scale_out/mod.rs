@@ -70,7 +70,7 @@ pub async fn read_as(
 ) {
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(seckill::engine::redis::GROUP)
+        .arg(seckill::engine::scale_out::GROUP)
         .arg(consumer)
         .arg("COUNT")
         .arg(count)

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use seckill::bench::client::{ClaimReply, Client};
 use seckill::config::ServeConfig;
-use seckill::engine::redis::{RedisConn, RedisTarget, Scripts};
+use seckill::engine::scale_out::{RedisConn, RedisTarget, Scripts};
 use seckill::ledger::PgLedger;
 use seckill::pipeline::{Consumer, PipelineOptions, Step};
 
@@ -187,7 +187,7 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
 
     let mut gate = t.gate().await;
     let campaigns = ["packed".to_owned()];
-    let lag = seckill::engine::redis::stream_lag(&mut gate, &campaigns)
+    let lag = seckill::engine::scale_out::stream_lag(&mut gate, &campaigns)
         .await
         .unwrap();
     assert_eq!(lag, 300, "the lag counts orders, not entries");
@@ -215,7 +215,7 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
         0,
         "every entry acknowledged and removed"
     );
-    let lag = seckill::engine::redis::stream_lag(&mut gate, &campaigns)
+    let lag = seckill::engine::scale_out::stream_lag(&mut gate, &campaigns)
         .await
         .unwrap();
     assert_eq!(lag, 0);

@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use seckill::domain::{OrderState, Outcome};
-use seckill::engine::redis::Keys;
+use seckill::engine::scale_out::Keys;
 
 use crate::conformance::admin_keys::keyed;
 use crate::conformance::dropped::converge;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use seckill::bench::fire;
-use seckill::engine::redis::{Keys, GROUP};
+use seckill::engine::scale_out::{Keys, GROUP};
 use seckill::pipeline::RECLAIM_JOB;
 use serde_json::json;
 

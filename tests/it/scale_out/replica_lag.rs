@@ -12,7 +12,7 @@ use crate::servers::{redis_raw, wait_until, RedisServer};
 /// `in_sync` as claims.lua defines it, and a call of it on ARGV[1] (the spec) and ARGV[2]
 /// (an `INFO replication` text, or empty to read the server's own).
 fn script() -> String {
-    let lua = include_str!("../../../src/engine/redis/lua/claims.lua");
+    let lua = include_str!("../../../src/engine/scale_out/lua/claims.lua");
     let begin = lua
         .find("-- in_sync begin")
         .expect("claims.lua marks in_sync's start");

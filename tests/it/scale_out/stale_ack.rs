@@ -6,7 +6,7 @@
 
 use redis::AsyncCommands;
 
-use seckill::engine::redis::{Keys, RedisConn, RedisTarget, Scripts, GROUP};
+use seckill::engine::scale_out::{Keys, RedisConn, RedisTarget, Scripts, GROUP};
 
 use crate::servers::RedisServer;
 

@@ -16,7 +16,7 @@ use chrono::DateTime;
 use sqlx::Connection;
 
 use seckill::domain::{Kind, Order};
-use seckill::engine::redis::{Keys, RedisConn, RedisTarget, Scripts, GROUP};
+use seckill::engine::scale_out::{Keys, RedisConn, RedisTarget, Scripts, GROUP};
 use seckill::engine::state::CampaignDef;
 use seckill::ledger::{Ledger, PgLedger};
 use seckill::pipeline::{Consumer, PipelineOptions, Step};

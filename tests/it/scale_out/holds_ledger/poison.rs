@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::Connection;
 
 use seckill::domain::OrderState;
-use seckill::engine::redis::Keys;
+use seckill::engine::scale_out::Keys;
 use seckill::ledger::Ledger;
 
 use super::{drain, new_order, transition, Rig, WON};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sqlx::Connection;
 
 use seckill::domain::OrderState;
-use seckill::engine::redis::Keys;
+use seckill::engine::scale_out::Keys;
 use seckill::ledger::Ledger;
 use seckill::pipeline::Step;
 

@@ -60,7 +60,7 @@ async fn snapshot_and_recovery_rebuild_pending_orders_with_their_deadlines() {
     );
     assert_eq!(snap.max_seq, 5);
 
-    let mut state = seckill::engine::redis::gate_state(&snap);
+    let mut state = seckill::engine::scale_out::gate_state(&snap);
     assert_eq!(state.remaining, 2, "pending and confirmed units are taken");
     assert_eq!(state.pool().cloned().collect::<Vec<_>>(), ["C3", "C4"]);
     assert_eq!(

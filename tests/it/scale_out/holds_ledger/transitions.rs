@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use seckill::domain::OrderState;
-use seckill::engine::redis::{Keys, GROUP};
+use seckill::engine::scale_out::{Keys, GROUP};
 use seckill::ledger::Ledger;
 
 use super::{drain, new_order, transition, us, Rig, HOLD_US, WON};

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::engine::redis::link::Link;
-use crate::engine::redis::promotable::{self, Addr, Promotable};
-use crate::engine::redis::{Health, RedisConn};
+use crate::engine::scale_out::link::Link;
+use crate::engine::scale_out::promotable::{self, Addr, Promotable};
+use crate::engine::scale_out::{Health, RedisConn};
 use redis::ConnectionAddr;
 
 /// The key every `WAIT` is preceded by a write to.
