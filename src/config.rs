@@ -34,7 +34,7 @@ pub struct ServeConfig {
     pub data: PathBuf,
 
     /// Bearer token of the admin routes. If unset, one is generated on first start, printed
-    /// once and kept in <data>/admin-token.
+    /// once and kept in `<data>/admin-token`.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<Secret>,
 

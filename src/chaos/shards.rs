@@ -13,7 +13,7 @@
 //!   the node timeout; the old master restarts after the fault's hold. Replication is
 //!   asynchronous and seckill cannot wait for it on a Cluster (docs/SCALE_OUT.md), so the
 //!   promoted replica may miss the last writes the master answered: the fault reports a
-//!   [`Window`] of decisions it may take back (the last second before the kill), which the
+//!   [`Window`](super::rewind::Window) of decisions it may take back (the last second before the kill), which the
 //!   checker treats as it treats a snapshot restore. Everything answered *after* the
 //!   promotion must hold. A replica on loopback is rarely more than a few bytes behind, so the
 //!   fault also comes with the replica frozen (SIGSTOP) 100–800 ms before the kill and thawed

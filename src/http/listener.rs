@@ -2,10 +2,10 @@
 //! needs against slow, stalled and greedy clients.
 //!
 //! - **Head timeout**: a request head must be complete within it, counted from its first
-//!   byte (see [`super::watchdog`]).
+//!   byte (see `watchdog.rs`).
 //! - **Idle timeout**: a connection with no request in progress and no byte of a next one
 //!   (keep-alive, or accepted and silent) is closed after it.
-//! - **Body timeout**: a request body must arrive in full within it ([`super::timed_body`]).
+//! - **Body timeout**: a request body must arrive in full within it (`timed_body.rs`).
 //! - **A client's share**: one client address (IPv6: one /64) holds at most
 //!   `--max-connections-per-ip` connections; a new one beyond it is closed at accept
 //!   (`crate::guard::share`).

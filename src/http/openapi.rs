@@ -3,7 +3,7 @@
 //! Every handler carries its `#[utoipa::path]` beside its code and every body and answer type
 //! derives `ToSchema`, so the document cannot describe a route or a field the code does not
 //! have. What the attributes would repeat on every operation is added here once, by
-//! [`Common`]: the admin bearer scheme, the error answers every route can give (400, 401,
+//! `Common`: the admin bearer scheme, the error answers every route can give (400, 401,
 //! 408, 413, 503 with `Retry-After`) and the `RateLimit-*` headers of a 429. A test walks the
 //! router and fails for any route missing from the document (`tests/it/openapi.rs`).
 //!
@@ -92,7 +92,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
 pub struct ApiDoc;
 
 /// The document as the server serves it: the derived one with the rules of
-/// [`super::openapi_rules`].
+/// `openapi_rules.rs`.
 pub fn document() -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
     super::openapi_rules::apply(&mut doc);

@@ -24,7 +24,7 @@ pub use postgres::liveness::{Dormant, Liveness};
 pub use postgres::ops::{is_data_error, FailedOrder, Restocked};
 pub use postgres::pipeline::PipelineOutcome;
 pub use postgres::recovery::{GateSnapshot, PendingOrder};
-pub use postgres::PgLedger;
+pub use postgres::{fences, PgLedger};
 pub use sqlite::SqliteLedger;
 pub use write_fault::WriteFault;
 

@@ -28,7 +28,8 @@
 //! backend guarantees.
 
 pub mod embedded;
-pub mod fenced;
+/// Fenced writes to PostgreSQL (`job_fences`), kept by the ledger.
+pub use crate::ledger::fences as fenced;
 pub mod guard;
 pub mod http;
 pub mod redis;

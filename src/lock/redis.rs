@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 use super::scripts::{Acquired, LockScripts};
 use super::{new_token, now_ms, Attempt, Lease, LockBackend, LockError};
-use crate::engine::scale_out::RedisConn;
+use crate::redis_conn::RedisConn;
 
 /// Longest a lock operation waits for Redis.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);

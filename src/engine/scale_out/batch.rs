@@ -31,12 +31,12 @@ pub mod replicas;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::conn::RedisConn;
 use super::keys::Keys;
 use super::refuse;
 use super::scripts::{Claimed, Scripts};
 use crate::domain::Error;
 use crate::engine::IdemLimits;
+use crate::redis_conn::RedisConn;
 use replicas::WaitReplicas;
 
 /// How claims are gathered into batches.

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 
-use super::conn::RedisConn;
 use super::keys::Keys;
 use super::ScaleOut;
+use crate::redis_conn::RedisConn;
 
 /// The supervised task name of the checker.
 pub const TASK: &str = "redis-freshness";

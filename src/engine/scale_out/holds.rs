@@ -146,7 +146,7 @@ impl Scripts {
 /// and answer the order's state).
 fn resolve_failed(confirm: bool, order_id: &str) -> impl Fn(redis::RedisError) -> Error + '_ {
     move |e| {
-        if super::link::surely_not_executed(&e) {
+        if crate::redis_conn::link::surely_not_executed(&e) {
             return Error::unavailable("Redis did not answer; nothing was changed", e);
         }
         let what = if confirm { "confirm" } else { "cancel" };

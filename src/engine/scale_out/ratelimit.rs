@@ -20,8 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::conn::RedisConn;
 use crate::guard::rate::{Check, Limited, RateLimiter, Subject};
+use crate::redis_conn::RedisConn;
 
 pub struct RedisLimiter {
     conn: RedisConn,
@@ -79,7 +79,7 @@ impl RateLimiter for RedisLimiter {
         let answer: Result<Vec<i64>, _> = inv.invoke_async(&mut self.conn.clone()).await;
         let answer = match answer {
             Ok(a) => a,
-            Err(e) if super::link::surely_not_executed(&e) => {
+            Err(e) if crate::redis_conn::link::surely_not_executed(&e) => {
                 // Redis is down: the link logged it once; the gate refuses the claim anyway.
                 tracing::debug!(error = %e, "rate limiter unreachable; request let through");
                 return Ok(());

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use super::link::surely_not_executed;
 use super::scripts::Claimed;
 use super::settings;
 use crate::domain::Error;
+use crate::redis_conn::link::surely_not_executed;
 use crate::supervise::Supervisor;
 
 /// Claims are refused while a task they depend on — the in-process pipeline (a `won` with

@@ -7,8 +7,8 @@
 
 use redis::{RedisResult, Script};
 
-use super::conn::RedisConn;
 use super::keys::{Keys, GROUP};
+use crate::redis_conn::RedisConn;
 use chrono::DateTime;
 
 use crate::domain::{ClaimAnswer, OrderState, Outcome};

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::conn::RedisConn;
+use crate::redis_conn::RedisConn;
 
 /// How often a serving instance re-reads the settings.
 pub const RECHECK: Duration = Duration::from_secs(1);

@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use super::conn::{RedisConn, RedisTarget};
 use super::keys::Keys;
 use crate::guard::soldout::{StockBoard, StockEntry, StockFacts};
+use crate::redis_conn::{RedisConn, RedisTarget};
 use crate::supervise::Supervisor;
 
 /// Supervised task names.
@@ -208,7 +208,7 @@ impl StockKeeper {
         }
     }
 
-    /// Listens on [`CHANNEL`] over its own connection until the keeper is dropped; returns
+    /// Listens on `CHANNEL` over its own connection until the keeper is dropped; returns
     /// (for its supervisor) only if the keeper is gone. A lost connection is retried every
     /// 50–250 ms, so the subscriber is back within about 250 ms of Redis answering; after each
     /// (re)subscription every campaign on the board is re-read, since announcements made while
@@ -263,7 +263,7 @@ async fn listen(url: &str, me: &std::sync::Weak<StockKeeper>) -> Result<(), List
         pubsub.subscribe(CHANNEL).await?;
         anyhow::Ok(pubsub)
     };
-    let pubsub = tokio::time::timeout(super::link::CONNECT_TIMEOUT, connect)
+    let pubsub = tokio::time::timeout(crate::redis_conn::link::CONNECT_TIMEOUT, connect)
         .await
         .map_err(|_| Listen::Connect(anyhow::anyhow!("connecting timed out")))?
         .map_err(Listen::Connect)?;

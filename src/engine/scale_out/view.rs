@@ -79,7 +79,7 @@ impl ScaleOut {
         }))
     }
 
-    /// Tells the stock board what a claim script answered (see [`stock`]).
+    /// Tells the stock board what a claim script answered (see `stock.rs`).
     pub(super) async fn note_stock(&self, id: &str, user: &str, a: &ClaimAnswer) {
         match (a.outcome, a.remaining) {
             (crate::domain::Outcome::Won, _) => self.stock.won(id, user),

@@ -10,6 +10,7 @@
 //! pending orders (holds) in `postgres/holds.rs`.
 
 pub(crate) mod entries;
+pub mod fences;
 pub(crate) mod holds;
 pub(crate) mod lineage;
 pub(crate) mod liveness;

@@ -60,7 +60,7 @@ impl PgLedger {
     ///
     /// With `fence = Some((job, f))` the same transaction first records `f` as `job`'s fence in
     /// `job_fences`; if a higher fence was recorded already (another holder of the job's lease
-    /// wrote since), nothing is written and the error is [`StaleFence`](crate::lock::fenced::StaleFence).
+    /// wrote since), nothing is written and the error is [`StaleFence`](super::fences::StaleFence).
     pub async fn apply_pipeline(
         &self,
         writes: &[PipelineWrite],
@@ -81,7 +81,7 @@ impl PgLedger {
     ) -> anyhow::Result<PipelineOutcome> {
         let mut tx = self.pool.begin().await?;
         if let Some((job, f)) = fence {
-            crate::lock::fenced::require(&mut tx, job, f).await?;
+            super::fences::require(&mut tx, job, f).await?;
         }
         // The ledger's rules (migration 0007) update each campaign's row of live units; taken
         // here, in one order, two consumers whose batches touch the same campaigns in another

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::engine::scale_out::link::Link;
-use crate::engine::scale_out::promotable::{self, Addr, Promotable};
 use crate::engine::scale_out::{Health, RedisConn};
+use crate::redis_conn::link::Link;
+use crate::redis_conn::promotable::{self, Addr, Promotable};
 use redis::ConnectionAddr;
 
 /// The key every `WAIT` is preceded by a write to.
@@ -64,9 +64,9 @@ impl WaitReplicas {
         conn.link().map(|l| l.health())
     }
 
-    /// What a claim batch checks before it runs (`claims.lua` ARGV[5]): how many replicas
+    /// What a claim batch checks before it runs (`claims.lua` `ARGV[5]`): how many replicas
     /// must be online and in sync — behind Sentinel, among which ones (`promotable.rs`) — or
-    /// [`NONE_WILL_DO`] when no wait could count (a failover near, a favourite replica not
+    /// `NONE_WILL_DO` when no wait could count (a failover near, a favourite replica not
     /// connected, too few sentinels answering): the batch then changes nothing.
     pub async fn required(&self, conn: &RedisConn) -> String {
         let Some(link) = conn.link() else {

@@ -1,9 +1,10 @@
-//! One connection type for a single Redis node, a Sentinel-managed primary and a Redis Cluster,
-//! so every script call and stream command is written once.
+//! Connections to Redis: one type for a single node, a Sentinel-managed primary and a Redis
+//! Cluster, so every script call and stream command is written once. The gate
+//! (`engine::scale_out`), the order pipeline and the Redis lock stores all connect here.
 //!
 //! A single node and a Sentinel primary go through [`Link`], which refuses requests at once
 //! while Redis is unreachable and reconnects by itself within about 250 ms of Redis answering
-//! again (see `link.rs` for why redis-rs's `ConnectionManager` is not used); a cluster uses the
+//! again (see [`link`] for why redis-rs's `ConnectionManager` is not used); a cluster uses the
 //! async cluster client, which follows slot moves and reconnects to a node on the next request
 //! for its slots, with retry waits shortened from its 1.28 s minimum to 20–200 ms. Both are cheap to clone and multiplex many
 //! concurrent requests over one socket.
@@ -16,7 +17,11 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
-use super::link::{Endpoint, Health, Link, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+pub mod link;
+pub mod promotable;
+mod sentinel;
+
+use link::{Endpoint, Health, Link, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 
 /// How the gate is reached: `urls` are one node, or cluster seed nodes.
 #[derive(Debug, Clone)]
