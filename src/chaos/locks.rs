@@ -8,7 +8,7 @@
 //! pauses past its lease and writes again (the stale holder of Kleppmann's example), and
 //! releases or lets the lease run out.
 //!
-//! The resource is PostgreSQL's `job_fences` through [`crate::lock::fenced`] (the one the
+//! The resource is PostgreSQL's `job_fences` through [`crate::ledger::fences`] (the one the
 //! pipeline's reclaim uses) where the deployment has PostgreSQL; the embedded deployment has
 //! none, so its clients write nothing and only their grants are checked. [`check`] then holds
 //! the history to

@@ -1,4 +1,4 @@
-//! The HTTP API of `shared/API.md` on axum.
+//! The HTTP API of `docs/API.md` on axum.
 //!
 //! [`routers`] builds the routes over any [`Backend`] behind the guards of `crate::guard`:
 //! public routes (claims, campaign view) pass the shedding middleware, admin routes and

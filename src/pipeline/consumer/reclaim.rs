@@ -9,7 +9,7 @@
 //! The holder claims the entries under a consumer name of their own (`<consumer>:reclaim`), so
 //! they are only ever read back by the reclaim pass — never as the consumer's ordinary
 //! entries —, and it inserts them in a transaction of their own that first records the
-//! lease's fence in `job_fences` ([`crate::lock::fenced`]). A holder that paused past its
+//! lease's fence in `job_fences` ([`crate::ledger::fences`]). A holder that paused past its
 //! lease (a SIGSTOP, a long stall) while another consumer took over wakes up with a lower
 //! fence: PostgreSQL refuses its transaction, nothing is written or acknowledged, and the
 //! entries stay pending in the stream, where the current holder claims them once they have
