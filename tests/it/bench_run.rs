@@ -1,8 +1,7 @@
 //! `seckill bench` against a real embedded server, with small numbers: every preset's shape,
 //! admin events mid-storm, and the binary's exit status and JSON report.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use seckill::bench::{self, BenchOpts, Pick, ScenarioName};
@@ -168,19 +167,14 @@ async fn the_binary_reports_json_and_html_and_exits_zero() {
 /// The hidden `baseline` subcommand serves the claim route the bench can storm unverified.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_baseline_handler_answers_claims() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-        .args(["baseline", "--listen", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("seckill baseline starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("baseline logs its address").unwrap();
-        if let Some(at) = line.find("listening on http://") {
-            let rest = &line[at + "listening on ".len()..];
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let started = crate::child::start(
+        crate::child::seckill(&["baseline", "--listen", "127.0.0.1:0"], &[]),
+        crate::child::SERVING,
+    );
+    let (mut child, url) = (
+        started.child,
+        started.url.expect("baseline gives its address"),
+    );
     let mut o = BenchOpts::new(&url, "", ScenarioName::Hot);
     o.campaign = Some("ceiling".into());
     o.no_verify = true;

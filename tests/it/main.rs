@@ -7,6 +7,7 @@ mod bad_input;
 mod bench_run;
 mod bench_verify;
 mod chaos;
+mod child;
 mod cli;
 mod commit_failure;
 mod conformance;

@@ -1,13 +1,13 @@
 //! A real `seckill` child process, for tests that kill, signal or restart it.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use seckill::bench::client::Client;
 
+use crate::child;
 use crate::helpers::TOKEN;
 
 /// A `seckill serve` child process on a free port.
@@ -42,13 +42,8 @@ impl Proc {
 
     /// [`Proc::spawn`] with `RLIMIT_NOFILE` (soft and hard) set to `nofile` in the child.
     pub fn spawn_limited(args: &[&str], env: &[(&str, &str)], nofile: Option<u64>) -> Proc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_seckill"));
-        cmd.arg("serve")
-            .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut cmd = child::seckill(&["serve"], env);
+        cmd.args(args);
         if let Some(n) = nofile {
             use std::os::unix::process::CommandExt;
             let lim = libc::rlimit {
@@ -66,34 +61,12 @@ impl Proc {
                 });
             }
         }
-        let mut child = cmd.spawn().expect("the seckill binary starts");
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let sink = stdout.clone();
-        let out = BufReader::new(child.stdout.take().unwrap()).lines();
-        std::thread::spawn(move || out.map_while(Result::ok).for_each(|l| sink.lock().push(l)));
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let url = loop {
-            let Some(Ok(line)) = lines.next() else {
-                panic!("serve exited before listening: {:?}", log.lock());
-            };
-            log.lock().push(line.clone());
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            lines
-                .map_while(Result::ok)
-                .for_each(|l| sink.lock().push(l))
-        });
+        let started = child::start(cmd, child::SERVING);
         Proc {
-            child,
-            url,
-            log,
-            stdout,
+            child: started.child,
+            url: started.url.expect("serve gives its address"),
+            log: started.log,
+            stdout: started.stdout,
         }
     }
 

@@ -7,8 +7,7 @@ mod identity;
 mod rate;
 mod soldout;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -76,40 +75,17 @@ pub struct ServerProc {
 
 impl ServerProc {
     pub fn start(data: &std::path::Path, extra: &[&str], rust_log: &str) -> ServerProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-token", TOKEN])
-            .arg("--data")
-            .arg(data)
-            .args(extra)
-            .env("RUST_LOG", rust_log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the seckill binary starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("serve logs its address")
-                .expect("utf-8 log");
-            log.lock().push(line.clone());
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let sink = log.clone();
-        let reader = std::thread::spawn(move || {
-            lines
-                .map_while(Result::ok)
-                .for_each(|l| sink.lock().push(l))
-        });
+        let mut cmd = crate::child::seckill(
+            &["serve", "--listen", "127.0.0.1:0", "--admin-token", TOKEN],
+            &[("RUST_LOG", rust_log)],
+        );
+        cmd.arg("--data").arg(data).args(extra);
+        let started = crate::child::start(cmd, crate::child::SERVING);
         ServerProc {
-            child,
-            url,
-            log,
-            reader: Some(reader),
+            child: started.child,
+            url: started.url.expect("serve gives its address"),
+            log: started.log,
+            reader: Some(started.log_reader),
         }
     }
 

@@ -1,12 +1,12 @@
 //! Real `seckill serve` / `seckill worker` processes for the scale-out tests.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use seckill::bench::client::Client;
 
+use crate::child;
 use crate::helpers::TOKEN;
 
 pub struct Seckill {
@@ -42,7 +42,7 @@ impl Seckill {
             .to_vec();
         args.extend(scale_args(redis, postgres));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(args, env, "listening on http://")
+        Self::start(args, env, child::SERVING)
     }
 
     /// `seckill worker` against `redis` and `postgres`, plus `extra` flags.
@@ -60,7 +60,7 @@ impl Seckill {
         let mut args = vec!["worker".to_string()];
         args.extend(scale_args(redis, postgres));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::start(args, env, "seckill worker running")
+        Self::start(args, env, child::WORKING)
     }
 
     pub fn pid(&self) -> i32 {
@@ -68,37 +68,13 @@ impl Seckill {
     }
 
     fn start(args: Vec<String>, env: &[(&str, &str)], ready: &str) -> Seckill {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args(&args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the seckill binary starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let url = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("seckill exited before {ready:?}: {:?}", log.lock()))
-                .unwrap();
-            log.lock().push(line.clone());
-            if let Some(at) = line.find(ready) {
-                let rest = &line[at + ready.len()..];
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .map(|addr| format!("http://{addr}"));
-            }
-        };
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            lines
-                .map_while(Result::ok)
-                .for_each(|l| sink.lock().push(l))
-        });
-        Seckill { child, url, log }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = child::start(child::seckill(&args, env), ready);
+        Seckill {
+            child: started.child,
+            url: started.url,
+            log: started.log,
+        }
     }
 
     pub fn client(&self) -> Client {

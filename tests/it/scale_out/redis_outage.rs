@@ -285,5 +285,53 @@ async fn redis_killed_under_load_recovers_within_a_second_of_answering() {
     for t in tasks {
         t.await.unwrap();
     }
+    drained_or_explain(&clients[0], &redis.url(), "storm", &worker).await;
     check_orders(&clients[0], "storm", &log).await;
+}
+
+/// Waits for the pipeline to drain; if it does not, fails with what is left in the stream
+/// (length, packed count, the group's pending entries) and the worker's last log lines.
+async fn drained_or_explain(client: &Client, redis: &str, campaign: &str, worker: &Seckill) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let health: serde_json::Value = match client.http().get(client.url("/healthz")).send().await
+        {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        if health["pipeline_lag"].as_u64() == Some(0) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let mut c = redis::Client::open(redis)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let k = seckill::engine::scale_out::Keys::new(campaign);
+            let len: redis::RedisResult<u64> =
+                redis::cmd("XLEN").arg(k.orders()).query_async(&mut c).await;
+            let packed: redis::RedisResult<Option<i64>> =
+                redis::cmd("GET").arg(k.packed()).query_async(&mut c).await;
+            let pending: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
+                .arg(k.orders())
+                .arg(seckill::engine::scale_out::GROUP)
+                .query_async(&mut c)
+                .await;
+            let entries: redis::RedisResult<redis::Value> = redis::cmd("XRANGE")
+                .arg(k.orders())
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(10)
+                .query_async(&mut c)
+                .await;
+            panic!(
+                "the order pipeline did not drain: {health}\nXLEN {len:?}, packed {packed:?}\n\
+                 XPENDING {pending:?}\nXRANGE {entries:?}\nworker log:\n{}",
+                tail(&worker.log_text())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
