@@ -17,7 +17,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::{event, ORDER_COLUMNS};
+use super::event::event;
+use super::ORDER_COLUMNS;
 use crate::domain::{Order, OrderState};
 use crate::ledger::rows::{self, micros, OrderRow};
 use crate::ledger::LedgerWrite;

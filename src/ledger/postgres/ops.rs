@@ -10,7 +10,9 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Row, Transaction};
 
-use super::{event, insert_codes, PgLedger, ORDER_COLUMNS, SELECT_ORDER};
+use super::event::event;
+use super::writes::insert_codes;
+use super::{PgLedger, ORDER_COLUMNS, SELECT_ORDER};
 use crate::domain::CampaignDef;
 use crate::domain::{AdminKey, Error, Order, Restock, Status};
 use crate::ledger::admin_keys::{insert_pg, lookup_pg, Remembered};

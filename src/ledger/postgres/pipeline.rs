@@ -14,7 +14,8 @@ use sqlx::PgConnection;
 use super::entries::{orders_by_id, same_order, PipelineWrite};
 use super::holds::{self, Applied};
 use super::lineage::{self, Origin};
-use super::{insert_orders, PgLedger};
+use super::writes::insert_orders;
+use super::PgLedger;
 use crate::domain::Order;
 
 /// What a committed batch did besides applying its writes.
