@@ -13,9 +13,9 @@
 //!
 //! The module is split by concept: `cell` (one campaign's locked state), `claim` (the claim
 //! path), `admin` (create, restock, status, limits), `holds` (cancel and the expiry of
-//! pending orders), `confirm` (confirms of pending orders, batched per campaign) and
-//! `recover` (every cell rebuilt from the ledger at start), `upkeep` (idempotency pruning and
-//! the in-process recovery after a commit of unknown outcome).
+//! pending orders), `confirm` (confirms of pending orders, batched per campaign), `recover`
+//! (every cell rebuilt from the ledger at start) and `upkeep` (idempotency pruning and the
+//! in-process recovery after a commit of unknown outcome).
 
 mod admin;
 mod cell;
