@@ -15,7 +15,7 @@ use crate::ledger::{IdemRecord, LedgerWrite, WriteFault};
 const ROWS_PER_INSERT: usize = 1000;
 
 impl PgLedger {
-    /// [`Ledger::apply`], keeping the driver's error.
+    /// [`Ledger::apply`](crate::ledger::Ledger::apply), keeping the driver's error.
     pub(crate) async fn apply_batch(&self, writes: &[&LedgerWrite]) -> Result<(), BatchFailure> {
         let before = |e: anyhow::Error| BatchFailure {
             error: e,
