@@ -25,19 +25,14 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     }
     let engine = Embedded::open(opts).await?;
     tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
-    Ok(parts(engine, admin_token))
-}
-
-/// The parts of an engine opened elsewhere (the fuzz targets, the tests of the router).
-pub fn parts(engine: Arc<Embedded>, admin_token: String) -> Parts {
-    Parts {
+    Ok(Parts {
         board: engine.board(),
         limiter: None,
         limits_refresh: None,
         locks: engine.locks(),
         backend: engine,
         admin_token,
-    }
+    })
 }
 
 /// The configured token, else the one kept in the data directory, else a new one (printed once).

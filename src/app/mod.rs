@@ -6,8 +6,9 @@
 //! then puts the guards, the listeners and the routers around them. Every background task of
 //! the instance (the engine's sweeps and checks, the order pipeline, the limits re-reader)
 //! runs under one [`Supervisor`], which [`App::stop`] shuts down last. `seckill serve`,
-//! `seckill demo`, the fuzz targets and the tests all start an instance here, so what they
-//! run is what production runs. `seckill worker`, the pipeline alone, is assembled in
+//! `seckill demo` and the tests that need a whole instance start it here, so what they run
+//! is what production runs (the router's own tests and fuzz targets build only the router,
+//! `http::router`). `seckill worker`, the pipeline alone, is assembled in
 //! [`scale_out::Worker::build`].
 
 pub mod embedded;
@@ -60,21 +61,22 @@ impl App {
     /// Opens the deployment `cfg` describes, binds its listeners and serves in the background.
     pub async fn build(cfg: ServeConfig) -> anyhow::Result<App> {
         crate::clock::spawn_step_watch();
+        let nofile = http::fd_limit::raise();
         let supervisor = Supervisor::new();
         let parts = if cfg.scale.selected()? {
             scale_out::assemble(&cfg, &supervisor).await?
         } else {
             embedded::assemble(&cfg, &supervisor).await?
         };
-        Self::serve(cfg, parts, supervisor).await
+        Self::serve(cfg, parts, supervisor, nofile).await
     }
 
     async fn serve(
         cfg: ServeConfig,
         parts: Parts,
         supervisor: Arc<Supervisor>,
+        nofile: Option<(u64, u64)>,
     ) -> anyhow::Result<App> {
-        let nofile = http::fd_limit::raise();
         let mut limits = cfg.conn.limits();
         limits.max_connections =
             http::fd_limit::fit(limits.max_connections, nofile.map(|(s, _)| s));

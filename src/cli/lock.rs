@@ -37,7 +37,7 @@ pub enum LockCommand {
 pub struct RunOpts {
     /// The lock name (1–64 of A-Z a-z 0-9 _ -).
     pub name: String,
-    /// Lease TTL: `30s`, `500ms`, `2m` or milliseconds; extended every third of it.
+    /// Lease TTL (`30s`, `500ms`, `2m`: a unit is required); extended every third of it.
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse)]
     pub ttl: Duration,
     /// How long to wait for the lock; unset waits as long as it takes, `0` does not wait.

@@ -2,7 +2,7 @@
 //! the ledger, so the engine knows whether to give the reservations back (nothing written),
 //! re-read its state (the ledger contradicts it), or re-read because anything may be on disk.
 //! Each driver decides which one it is where it knows (`sqlite/writer.rs`,
-//! `postgres/mod.rs`); no caller has to guess from an error's text.
+//! `postgres/writes.rs`); no caller has to guess from an error's text.
 
 /// Why a batch did not become (known to be) durable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -183,10 +183,10 @@ impl Embedded {
     }
 }
 
-/// Expires due orders every [`SWEEP_EVERY`] until the engine is dropped.
 /// The supervised task of [`sweep_loop`].
 pub(super) const TASK: &str = "holds-sweep";
 
+/// Expires due orders every [`SWEEP_EVERY`] until the engine is dropped.
 pub(super) async fn sweep_loop(me: std::sync::Weak<Embedded>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -74,7 +74,7 @@ impl EmbeddedOptions {
             idempotency_ttl: Duration::from_secs(24 * 3600),
             idempotency_limits: IdemLimits::default(),
             clock: crate::clock::system(),
-            supervisor: Supervisor::new(),
+            supervisor: opts.supervisor.clone(),
         }
     }
 }
@@ -89,6 +89,8 @@ pub struct Embedded {
     idem_limits: IdemLimits,
     clock: Arc<dyn Clock>,
     hold_stats: crate::engine::hold_stats::HoldStats,
+    /// Runs the background tasks; kept here so they live as long as the engine.
+    supervisor: Arc<Supervisor>,
     /// This engine, for admin operations that run on their own task (see `admin`).
     me: std::sync::Weak<Embedded>,
 }
@@ -117,6 +119,7 @@ impl Embedded {
             idem_limits,
             clock: opts.clock,
             hold_stats: crate::engine::hold_stats::HoldStats::default(),
+            supervisor: opts.supervisor.clone(),
             me: me.clone(),
         });
         // Orders whose pay_by passed while the service was down expire before it serves.
@@ -307,6 +310,11 @@ impl Backend for Embedded {
                     "re-reading the engine's state from the ledger after a failed commit ({reason})"
                 )))
             }
+        }
+        if let Err(down) = self.supervisor.health() {
+            return Err(Error::Unavailable(format!(
+                "a background task is not running: {down}"
+            )));
         }
         self.ledger
             .ping()

@@ -82,3 +82,51 @@ pub(super) async fn prune_loop(me: std::sync::Weak<Embedded>, every: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::domain::{ClaimRequest, NewCampaign, OrderState, Supply};
+    use crate::engine::backend::Backend;
+    use crate::engine::embedded::{Embedded, EmbeddedOptions};
+
+    /// An engine opened on its own (no `App` holding a supervisor) keeps its background tasks
+    /// for as long as it lives: a pending order past its deadline is expired by the sweeper.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_engine_opened_alone_keeps_its_sweeper() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = EmbeddedOptions::new(dir.path());
+        opts.synchronous_full = false;
+        let e = Embedded::open(opts).await.unwrap();
+        let c = NewCampaign {
+            id: "held".into(),
+            supply: Supply::Stock(5),
+            per_user_limit: 1,
+            starts_at: None,
+            ends_at: None,
+            hold_seconds: Some(1),
+        };
+        e.create_campaign(c, None).await.unwrap();
+        let req = ClaimRequest {
+            user_id: "u1".into(),
+            qty: 1,
+        };
+        let won = e.claim("held", req, None).await.unwrap();
+        let id = won.order_id.expect("a pending order");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let order = e.order(&id).await.unwrap();
+            if order.state == OrderState::Expired {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the order is still {:?} 10 s after a 1 s hold: the sweeper is not running",
+                order.state
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(e.campaign("held").await.unwrap().remaining, 5);
+    }
+}
