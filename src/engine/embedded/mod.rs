@@ -74,7 +74,7 @@ impl EmbeddedOptions {
             idempotency_ttl: Duration::from_secs(24 * 3600),
             idempotency_limits: IdemLimits::default(),
             clock: crate::clock::system(),
-            supervisor: opts.supervisor.clone(),
+            supervisor: Supervisor::new(),
         }
     }
 }

@@ -12,13 +12,25 @@
 //! the gate behind the ledger (never ahead of it), and [`ScaleOut::reconcile`] — run at start;
 //! restocks and status changes also catch up on restocks — brings it level.
 //!
-//! Staying up through faults: every Redis connection is a self-healing link (`link.rs`:
-//! requests refused at once while Redis is down, back within about 250 ms of it answering);
+//! Staying up through faults: every Redis connection is a self-healing link
+//! ([`crate::redis_conn`]: requests refused at once while Redis is down, back within about
+//! 250 ms of it answering);
 //! the background tasks run under a [`Supervisor`] (restarted when they die, `/healthz` 503
 //! meanwhile); Redis's eviction policy and persistence are checked (`settings.rs`); and a
 //! failed claim says whether anything may have changed (`refuse.rs`). A Redis that came back
 //! behind the ledger (older snapshot, lagging replica) is checked and rebuilt before any claim
 //! is served from it (`fresh.rs`).
+//!
+//! [`ScaleOut`]'s methods, by the file a reader looks in (the [`Backend`] operations are in
+//! this file and call into the others):
+//!
+//! | file | what `ScaleOut` does there |
+//! | --- | --- |
+//! | `startup.rs` | `open`: connect, load scripts, the start-up reconcile |
+//! | `batch.rs`, `view.rs`, `refuse.rs`, `dormant.rs` | a claim: the batched script call, the campaign view and stock board, how a failed claim is answered, campaigns only the ledger holds |
+//! | `admin.rs`, `replicated.rs`, `catch_up.rs` | create, restock, status: ledger first, then the gate; waits for replicas; the gate levelled after a lost apply |
+//! | `holds.rs`, `cancel.rs` | confirms, cancels and the expiry sweep of pending orders |
+//! | `fresh.rs`, `lineage.rs` | a Redis that came back behind the ledger, and Cluster lineages |
 
 mod admin;
 mod batch;
@@ -55,7 +67,7 @@ pub use ratelimit::RedisLimiter;
 pub use refuse::DEPENDENCY_GRACE;
 pub use scripts::{Claimed, Scripts};
 pub use settings::{info_field, Watch as RedisSettings};
-pub use startup::RECONCILE_JOB;
+pub use startup::{ScaleOutOptions, RECONCILE_JOB};
 pub use stock::StockKeeper;
 pub use view::stream_lag;
 
@@ -67,27 +79,6 @@ use crate::engine::backend::Backend;
 use crate::engine::detach::detached;
 use crate::ledger::{Ledger, LedgerWrite, PgLedger};
 use crate::supervise::Supervisor;
-
-/// Settings of the scale-out deployment.
-#[derive(Debug, Clone)]
-pub struct ScaleOutOptions {
-    pub redis: RedisTarget,
-    pub postgres: String,
-    /// Connections of this process to PostgreSQL.
-    pub pg_connections: u32,
-    pub idempotency_ttl: Duration,
-    /// Retention and caps of the answers of claims that changed nothing.
-    pub idempotency_limits: crate::engine::IdemLimits,
-    /// Supervised tasks of this process, beside the engine's own, without which claims are
-    /// refused (see [`DEPENDENCY_GRACE`]): the order pipeline when it runs in this process.
-    pub claims_depend_on: Vec<&'static str>,
-    /// Longest a stale "sold out" outlives a restock whose announcement was lost.
-    pub stock_max_staleness: Duration,
-    /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
-    pub allow_redis_eviction: bool,
-    /// How concurrent claims on one campaign are gathered into one script call.
-    pub claim_batch: BatchOptions,
-}
 
 pub struct ScaleOut {
     redis: RedisConn,

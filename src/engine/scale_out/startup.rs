@@ -26,11 +26,32 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    catch_up, fresh, holds, settings, stock, Batcher, RedisConn, RedisLimiter, ScaleOut,
-    ScaleOutOptions, Scripts,
+    catch_up, fresh, holds, settings, stock, BatchOptions, Batcher, RedisConn, RedisLimiter,
+    RedisTarget, ScaleOut, Scripts,
 };
 use crate::ledger::PgLedger;
 use crate::supervise::Supervisor;
+
+/// Settings of the scale-out deployment.
+#[derive(Debug, Clone)]
+pub struct ScaleOutOptions {
+    pub redis: RedisTarget,
+    pub postgres: String,
+    /// Connections of this process to PostgreSQL.
+    pub pg_connections: u32,
+    pub idempotency_ttl: Duration,
+    /// Retention and caps of the answers of claims that changed nothing.
+    pub idempotency_limits: crate::engine::IdemLimits,
+    /// Supervised tasks of this process, beside the engine's own, without which claims are
+    /// refused (see [`DEPENDENCY_GRACE`](super::DEPENDENCY_GRACE)): the order pipeline when it runs in this process.
+    pub claims_depend_on: Vec<&'static str>,
+    /// Longest a stale "sold out" outlives a restock whose announcement was lost.
+    pub stock_max_staleness: Duration,
+    /// Serve even though Redis may evict keys (`--allow-redis-eviction`).
+    pub allow_redis_eviction: bool,
+    /// How concurrent claims on one campaign are gathered into one script call.
+    pub claim_batch: BatchOptions,
+}
 
 /// The lock (and `job_fences` row) of the start-up reconcile.
 pub const RECONCILE_JOB: &str = "seckill-startup-reconcile";
