@@ -42,6 +42,8 @@
 //!   is the pipeline alone.
 //! - [`bench`](mod@bench), [`chaos`]: the verifying load generator and the fault campaign, which drive
 //!   real deployments (processes, Redis, PostgreSQL) and check every promise afterwards.
+//! - [`testing`]: the test kit the integration tests and the fault campaign share (server
+//!   binaries, ports, logs).
 //! - [`cli`]: one subcommand per file.
 //!
 //! # A claim, end to end
@@ -87,3 +89,4 @@ pub mod pipeline;
 pub mod redis_conn;
 pub mod supervise;
 pub mod telemetry;
+pub mod testing;

@@ -32,10 +32,10 @@ use tokio::sync::Mutex;
 
 use super::disk::DataDisk;
 use super::procs::Proc;
-use super::procs::{listening, log_tail};
 use super::proxy::{Mode, Proxy};
 use super::schedule::{Deployment, Target};
 use super::sentinel;
+use crate::testing::{listening, log_tail};
 
 mod layout;
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::procs::{find_binary, postgres_user, Spec};
+use super::procs::Spec;
+use crate::testing::{find_binary, postgres_user};
 
 /// Redis's AOF fsync policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]

@@ -31,10 +31,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::procs::{find_binary, Spec};
+use super::procs::Spec;
 use super::schedule::Target;
 use super::servers::Fsync;
 use super::servers::{conf_spec, fsync_name, node_conn};
+use crate::testing::find_binary;
 
 /// Nodes of the deployment: three masters and a replica of each.
 pub const NODES: usize = 6;

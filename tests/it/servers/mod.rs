@@ -8,61 +8,29 @@
 //! with the command that installs it; nothing is skipped.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub const INSTALL_HINT: &str = "install it with: apt-get install redis-server postgresql";
+pub use seckill::testing::INSTALL_HINT;
 
 /// A free loopback port whose +10000 neighbour (Redis Cluster bus) is free too.
 pub fn free_port() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let port = l.local_addr().unwrap().port();
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
+    seckill::testing::free_port_with_bus().expect("bind a free port")
 }
 
+/// A server binary (PostgreSQL's versioned directories first, then PATH); fails the test with
+/// the install hint when it is missing.
 pub fn find_binary(name: &str) -> PathBuf {
-    let mut pg_dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.path().join("bin"))
-                .collect()
-        })
-        .unwrap_or_default();
-    pg_dirs.sort();
-    for dir in pg_dirs.iter().rev() {
-        if dir.join(name).exists() {
-            return dir.join(name);
-        }
-    }
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("`{name}` is not installed; {INSTALL_HINT}");
+    seckill::testing::find_binary(name).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// (uid, gid) to run PostgreSQL as when this process is root.
 pub fn postgres_user() -> Option<(u32, u32)> {
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let name = std::ffi::CString::new("postgres").unwrap();
-    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    assert!(
-        !pw.is_null(),
-        "running as root needs a `postgres` user for initdb; {INSTALL_HINT}"
-    );
-    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+    seckill::testing::postgres_user().unwrap_or_else(|e| panic!("{e:#}; {INSTALL_HINT}"))
 }
 
 pub fn as_user(cmd: &mut Command, user: Option<(u32, u32)>, death_signal: i32) {
