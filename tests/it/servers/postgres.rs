@@ -139,7 +139,66 @@ impl Drop for PgServer {
 }
 
 /// The PostgreSQL cluster shared by this test process (one database per test).
+static PG: OnceLock<PgServer> = OnceLock::new();
+
+/// The shared cluster. A static is never dropped, so the cluster is stopped and its directory
+/// (up to 1.5 GB after a full run) removed when the process exits (`atexit`), and directories
+/// that earlier runs left behind (a test binary killed, or older builds) are removed before a
+/// new one is made: left alone they once filled the disk of the machine CI runs on.
 pub fn pg() -> &'static PgServer {
-    static PG: OnceLock<PgServer> = OnceLock::new();
-    PG.get_or_init(PgServer::start)
+    PG.get_or_init(|| {
+        remove_stale_dirs();
+        let pg = PgServer::start();
+        // SAFETY: registers a plain `extern "C"` function; it runs once, at exit.
+        unsafe { libc::atexit(remove_shared) };
+        pg
+    })
+}
+
+extern "C" fn remove_shared() {
+    if let Some(pg) = PG.get() {
+        if let Some(d) = &pg.daemon {
+            d.stop(libc::SIGQUIT);
+        }
+        let _ = std::fs::remove_dir_all(pg.dir.path());
+    }
+}
+
+/// Removes `/tmp/seckill-pg*` directories older than ten minutes whose server is not running.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("seckill-pg"));
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(600));
+        if ours && old && !postmaster_alive(&path.join("data")) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Whether the server whose pid `data/postmaster.pid` names is running.
+fn postmaster_alive(data: &std::path::Path) -> bool {
+    let Ok(pidfile) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return false;
+    };
+    let Some(pid) = pidfile
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<i32>().ok())
+    else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
 }
