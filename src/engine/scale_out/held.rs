@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use redis::Script;
 
+use super::keys::Keys;
 use crate::domain::{parse_order_id, Order, OrderState};
 
 /// The scripts that resolve pending orders.
@@ -22,6 +23,22 @@ impl Default for HoldScripts {
             expire: Script::new(include_str!("lua/expire.lua")),
         }
     }
+}
+
+/// The keys every resolution script takes, in its order (`confirm.lua`'s header;
+/// `cancel_hold.lua` and `expire.lua` take the same eight).
+pub(super) fn resolution_keys<'a, 'b>(
+    inv: &'b mut redis::ScriptInvocation<'a>,
+    k: &Keys,
+) -> &'b mut redis::ScriptInvocation<'a> {
+    inv.key(k.meta())
+        .key(k.users())
+        .key(k.codes())
+        .key(k.released())
+        .key(k.held())
+        .key(k.deadlines())
+        .key(k.resolved())
+        .key(k.orders())
 }
 
 /// The `held` entry of a pending order: user, qty, at, pay_by (µs), then its codes, one a line.

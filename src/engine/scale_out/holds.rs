@@ -23,7 +23,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
 
-use super::held::order_of_record;
+use super::held::{order_of_record, resolution_keys};
 use super::keys::{Keys, HOLDS_SET};
 use super::scripts::{timer, Scripts};
 use super::{redis_failed, RedisConn, ScaleOut};
@@ -90,14 +90,7 @@ impl Scripts {
             false => (&self.holds.cancel, "cancel_hold"),
         };
         let mut inv = script.prepare_invoke();
-        inv.key(k.meta())
-            .key(k.users())
-            .key(k.codes())
-            .key(k.released())
-            .key(k.held())
-            .key(k.deadlines())
-            .key(k.resolved())
-            .key(k.orders())
+        resolution_keys(&mut inv, &k)
             .arg(order_id)
             .arg(if conn.is_cluster() { "cluster" } else { "" });
         let _t = timer(name);
@@ -113,14 +106,7 @@ impl Scripts {
     ) -> redis::RedisResult<Expired> {
         let k = Keys::new(campaign);
         let mut inv = self.holds.expire.prepare_invoke();
-        inv.key(k.meta())
-            .key(k.users())
-            .key(k.codes())
-            .key(k.released())
-            .key(k.held())
-            .key(k.deadlines())
-            .key(k.resolved())
-            .key(k.orders())
+        resolution_keys(&mut inv, &k)
             .arg(max)
             .arg(if conn.is_cluster() { "cluster" } else { "" });
         let _t = timer("expire");
