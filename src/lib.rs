@@ -43,7 +43,7 @@
 //! - [`bench`](mod@bench), [`chaos`]: the verifying load generator and the fault campaign, which drive
 //!   real deployments (processes, Redis, PostgreSQL) and check every promise afterwards.
 //! - [`testing`]: the test kit the integration tests and the fault campaign share (server
-//!   binaries, ports, logs).
+//!   binaries, ports, the process harness, how each third-party server is started).
 //! - [`cli`]: one subcommand per file.
 //!
 //! # A claim, end to end

@@ -31,10 +31,10 @@ use anyhow::Context;
 use tokio::sync::Mutex;
 
 use super::disk::DataDisk;
-use super::procs::Proc;
 use super::proxy::{Mode, Proxy};
 use super::schedule::{Deployment, Target};
 use super::sentinel;
+use crate::testing::process::Proc;
 use crate::testing::{listening, log_tail};
 
 mod layout;

@@ -31,7 +31,6 @@ pub mod keys;
 pub mod ledger;
 pub mod locks;
 pub mod nemesis;
-pub mod procs;
 pub mod proxy;
 pub mod rewind;
 pub mod schedule;

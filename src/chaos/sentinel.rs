@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::procs::Spec;
 use super::schedule::Target;
 use super::servers::Fsync;
 use super::servers::{conf_spec, fsync_name, node_conn};
+use crate::testing::process::Spec;
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "seckill";

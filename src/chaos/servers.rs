@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::procs::Spec;
-use crate::testing::{find_binary, postgres_user};
+use crate::testing::process::Spec;
+use crate::testing::servers;
+pub use crate::testing::servers::conf_spec;
 
 /// Redis's AOF fsync policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
@@ -51,120 +52,32 @@ pub async fn node_conn(port: u16) -> anyhow::Result<redis::aio::MultiplexedConne
         .await?)
 }
 
-/// A redis-server (or sentinel, with `--sentinel` in `extra`) run from its own config file,
-/// `<root>/<name>/<file>` holding `conf`, which it may rewrite (a node's role after a
-/// failover, a Cluster node's `nodes.conf` beside it), as a supervisor's would.
-pub fn conf_spec(
-    root: &Path,
-    name: &str,
-    (file, conf): (&str, String),
-    extra: &[&str],
-    log: std::path::PathBuf,
-) -> anyhow::Result<Spec> {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join(file);
-    std::fs::write(&file, conf.replace("{dir}", &dir.display().to_string()))?;
-    let mut args = vec![file.display().to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Ok(Spec {
-        name: name.to_owned(),
-        program: find_binary("redis-server")?,
-        args,
-        env: vec![],
-        user: None,
-        log,
-    })
-}
-
+/// The single redis-server of the scale-out deployment: AOF with the campaign's fsync policy,
+/// never evicting, its data in `<root>/redis`.
 pub fn redis_spec(root: &Path, port: u16, fsync: Fsync) -> anyhow::Result<Spec> {
-    let dir = root.join("redis");
-    std::fs::create_dir_all(&dir)?;
-    let fsync = fsync_name(fsync);
-    let args = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--protected-mode",
-        "no",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        fsync,
-        "--maxmemory-policy",
-        "noeviction",
-        "--dir",
-        &dir.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    Ok(Spec {
-        name: "redis-server".into(),
-        program: find_binary("redis-server")?,
-        args,
-        env: vec![],
-        user: None,
-        log: root.join("redis.log"),
-    })
+    let persistence = ["--appendonly", "yes", "--appendfsync", fsync_name(fsync)];
+    let extra: Vec<&str> = persistence
+        .into_iter()
+        .chain(["--maxmemory-policy", "noeviction"])
+        .collect();
+    servers::redis_spec(
+        "redis-server",
+        &root.join("redis"),
+        port,
+        &extra,
+        root.join("redis.log"),
+    )
 }
 
+/// The deployment's PostgreSQL, a new cluster in `<root>/pg`.
 pub fn postgres_spec(root: &Path, port: u16) -> anyhow::Result<Spec> {
-    let user = postgres_user()?;
-    let pgdir = root.join("pg");
-    std::fs::create_dir_all(&pgdir)?;
-    if let Some((uid, gid)) = user {
+    if let Some((uid, gid)) = crate::testing::postgres_user()? {
+        // The `postgres` user must reach `<root>/pg`.
         std::os::unix::fs::chown(root, Some(uid), Some(gid))?;
-        std::os::unix::fs::chown(&pgdir, Some(uid), Some(gid))?;
     }
-    let data = pgdir.join("data");
-    let mut initdb = std::process::Command::new(find_binary("initdb")?);
-    initdb
-        .args([
-            "-U", "postgres", "-A", "trust", "-N", "-E", "UTF8", "--locale", "C", "-D",
-        ])
-        .arg(&data)
-        .stdout(std::process::Stdio::null());
-    if let Some((uid, gid)) = user {
-        use std::os::unix::process::CommandExt;
-        initdb.uid(uid).gid(gid);
-    }
-    let out = initdb.output().context("run initdb")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "initdb failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // fsync off: the nemesis kills processes, never the machine, so the page cache survives
-    // every fault it injects, and the campaign runs faster on a shared machine.
-    let args = [
-        "-D",
-        &data.display().to_string(),
-        "-p",
-        &port.to_string(),
-        "-c",
-        "listen_addresses=127.0.0.1",
-        "-k",
-        &pgdir.display().to_string(),
-        "-c",
-        "fsync=off",
-        "-c",
-        "max_connections=200",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    Ok(Spec {
-        name: "postgres".into(),
-        program: find_binary("postgres")?,
-        args,
-        env: vec![],
-        user,
-        log: pgdir.join("postgres.log"),
-    })
+    let pgdir = root.join("pg");
+    let user = servers::postgres_init(&pgdir)?;
+    servers::postgres_spec(&pgdir, port, user, &["max_connections=200"])
 }
 
 /// Creates the `seckill` database once PostgreSQL accepts connections (again).

@@ -31,11 +31,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::procs::Spec;
 use super::schedule::Target;
 use super::servers::Fsync;
 use super::servers::{conf_spec, fsync_name, node_conn};
-use crate::testing::find_binary;
+use crate::testing::process::Spec;
 
 /// Nodes of the deployment: three masters and a replica of each.
 pub const NODES: usize = 6;
@@ -88,13 +87,7 @@ pub fn specs(
 /// Joins the six started nodes into a Cluster (three masters, a replica each) and waits until
 /// it settled.
 pub async fn create(ports: &[u16]) -> anyhow::Result<()> {
-    let mut cmd = tokio::process::Command::new(find_binary("redis-cli")?);
-    cmd.args(["--cluster", "create"]);
-    for p in ports {
-        cmd.arg(format!("127.0.0.1:{p}"));
-    }
-    let out = cmd
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
+    let out = tokio::process::Command::from(crate::testing::servers::cluster_create(ports, 1)?)
         .output()
         .await
         .context("running redis-cli --cluster create")?;

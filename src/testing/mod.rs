@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+pub mod process;
+pub mod servers;
+
 /// What to install when a server binary is missing.
 pub const INSTALL_HINT: &str =
     "install it with: apt-get install redis-server redis-sentinel postgresql";

@@ -1,7 +1,9 @@
 //! The short fault campaign CI runs on every push: `seckill chaos` with a fixed seed, two
-//! schedules on each deployment (embedded, and scale-out with two instances, a worker,
-//! redis-server with AOF and PostgreSQL), with held orders, payers and lock clients in the
-//! workload, every fault really injected, zero violations.
+//! schedules on each of embedded and scale-out (two instances, a worker, redis-server with AOF
+//! and PostgreSQL), with held orders, payers and lock clients in the workload, every fault
+//! really injected, zero violations; then one seeded schedule for each fault of the other
+//! deployments and nemeses: Sentinel failovers, a lost replica, Redis restored from a
+//! snapshot, the server's clock stepped, Cluster failovers behind the ledger.
 //!
 //! The long campaign (`docs/RELIABILITY.md`) is the same command with more schedules.
 

@@ -10,12 +10,12 @@ use tokio::sync::Mutex;
 
 use super::{Cluster, Fsync, ADMIN_TOKEN, RECLAIM_AFTER_MS};
 use crate::chaos::disk::DataDisk;
-use crate::chaos::procs::{Proc, Spec};
 use crate::chaos::proxy::Proxy;
 use crate::chaos::schedule::{Deployment, Target};
 use crate::chaos::servers::{postgres_spec, redis_spec};
 use crate::chaos::{sentinel, shards};
 use crate::testing::free_port;
+use crate::testing::process::{Proc, Spec};
 
 /// The admin token every seckill process of the campaign is started with.
 pub(super) fn token() -> (String, String) {

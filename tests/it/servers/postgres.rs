@@ -5,84 +5,52 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-use super::{as_user, find_binary, free_port, postgres_user, wait_until, Daemon};
+use parking_lot::Mutex;
+use seckill::testing::process::Proc;
+use seckill::testing::servers;
+
+use super::{find_binary, free_port, start, wait_until};
 
 /// A PostgreSQL cluster in a temp dir.
 pub struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
-    daemon: Option<Daemon>,
-    user: Option<(u32, u32)>,
+    proc: Mutex<Proc>,
 }
 
 impl PgServer {
     pub fn start() -> PgServer {
-        let user = postgres_user();
+        let as_postgres = seckill::testing::postgres_user()
+            .unwrap_or_else(|e| panic!("{e:#}"))
+            .is_some();
         // As root the server runs as `postgres`, which must be able to reach its directory:
         // /tmp is world-traversable whatever TMPDIR says.
-        let dir = match user {
-            Some(_) => tempfile::Builder::new()
+        let dir = match as_postgres {
+            true => tempfile::Builder::new()
                 .prefix("seckill-pg")
                 .tempdir_in("/tmp"),
-            None => tempfile::tempdir(),
+            false => tempfile::tempdir(),
         }
         .unwrap();
-        if let Some((uid, gid)) = user {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
-        }
-        let data = dir.path().join("data");
-        let mut initdb = Command::new(find_binary("initdb"));
-        initdb
-            .args([
-                "-U", "postgres", "-A", "trust", "-N", "-E", "UTF8", "--locale", "C", "-D",
-            ])
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        as_user(&mut initdb, user, libc::SIGKILL);
-        let out = initdb.output().expect("initdb runs");
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut pg = PgServer {
-            port: free_port(),
+        let user = servers::postgres_init(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        let port = free_port();
+        let settings = [
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=400",
+            "shared_buffers=64MB",
+        ];
+        let spec = servers::postgres_spec(dir.path(), port, user, &settings);
+        let pg = PgServer {
+            port,
             dir,
-            daemon: None,
-            user,
+            proc: Mutex::new(start(spec)),
         };
-        pg.boot();
+        pg.wait_ready();
         pg
     }
 
-    fn boot(&mut self) {
-        let mut cmd = Command::new(find_binary("postgres"));
-        cmd.arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-c",
-                "listen_addresses=127.0.0.1",
-            ])
-            .arg("-k")
-            .arg(self.dir.path())
-            .args([
-                "-c",
-                "fsync=off",
-                "-c",
-                "synchronous_commit=off",
-                "-c",
-                "full_page_writes=off",
-            ])
-            .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"]);
-        let log = self.dir.path().join("postgres.log");
-        if let Some((uid, gid)) = self.user {
-            std::fs::File::create(&log).unwrap();
-            std::os::unix::fs::chown(&log, Some(uid), Some(gid)).unwrap();
-        }
-        self.daemon = Some(Daemon::spawn(cmd, self.user, libc::SIGQUIT, &log));
+    fn wait_ready(&self) {
         let isready = find_binary("pg_isready");
         let port = self.port.to_string();
         wait_until("PostgreSQL", || {
@@ -96,14 +64,13 @@ impl PgServer {
 
     /// Fast shutdown (connections are cut), as an outage looks to clients.
     pub fn stop(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            d.stop(libc::SIGINT);
-        }
+        self.proc.lock().stop_blocking(libc::SIGINT);
     }
 
     pub fn restart(&mut self) {
         self.stop();
-        self.boot();
+        self.proc.lock().start().expect("PostgreSQL starts again");
+        self.wait_ready();
     }
 
     pub fn url(&self, db: &str) -> String {
@@ -132,9 +99,8 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            d.stop(libc::SIGQUIT);
-        }
+        // Immediate shutdown: the backends exit and release their shared memory.
+        self.proc.lock().stop_blocking(libc::SIGQUIT);
     }
 }
 
@@ -157,9 +123,7 @@ pub fn pg() -> &'static PgServer {
 
 extern "C" fn remove_shared() {
     if let Some(pg) = PG.get() {
-        if let Some(d) = &pg.daemon {
-            d.stop(libc::SIGQUIT);
-        }
+        pg.proc.lock().stop_blocking(libc::SIGQUIT);
         let _ = std::fs::remove_dir_all(pg.dir.path());
     }
 }

@@ -1,29 +1,38 @@
 //! Throwaway redis-server instances: single node, three-master Cluster, primary + replica +
 //! Sentinel.
 
-use std::process::Command;
 use std::time::Duration;
 
-use super::{find_binary, free_port, redis_raw, wait_until, Daemon};
+use seckill::testing::process::Proc;
+use seckill::testing::servers;
+
+use super::{free_port, redis_raw, start, wait_until};
 
 /// A redis-server on a free port with its own directory.
 pub struct RedisServer {
     pub port: u16,
+    proc: Proc,
     dir: tempfile::TempDir,
-    args: Vec<String>,
-    pub(super) daemon: Option<Daemon>,
 }
 
 impl RedisServer {
     /// A plain server (no persistence) unless `args` say otherwise.
     pub fn start(args: &[&str]) -> RedisServer {
-        let mut r = RedisServer {
-            port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
-            args: args.iter().map(|s| s.to_string()).collect(),
-            daemon: None,
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = dir.path().join("redis.log");
+        let r = RedisServer {
+            port,
+            proc: start(servers::redis_spec(
+                "redis-server",
+                dir.path(),
+                port,
+                args,
+                log,
+            )),
+            dir,
         };
-        r.boot();
+        r.wait_ready();
         r
     }
 
@@ -32,15 +41,7 @@ impl RedisServer {
         Self::start(&["--appendonly", "yes", "--appendfsync", "always"])
     }
 
-    fn boot(&mut self) {
-        let mut cmd = Command::new(find_binary("redis-server"));
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--protected-mode", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.args);
-        let log = self.dir.path().join("redis.log");
-        self.daemon = Some(Daemon::spawn(cmd, None, libc::SIGKILL, &log));
+    fn wait_ready(&self) {
         let port = self.port;
         wait_until("redis-server", || {
             redis_raw(port, "PING").is_some_and(|r| r.starts_with("+PONG"))
@@ -59,36 +60,25 @@ impl RedisServer {
     /// kill -9, then start again on the same port and directory.
     pub fn kill_and_restart(&mut self) {
         self.kill_9();
-        self.boot();
+        self.start_again();
     }
 
     /// Sends `sig` (SIGSTOP, SIGCONT) to the running server.
     pub fn signal(&self, sig: i32) {
-        if let Some(d) = &self.daemon {
-            d.signal(sig);
-        }
+        self.proc.signal(sig);
     }
 
     /// kill -9; returns once the process is gone.
     pub fn kill_9(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            d.stop(libc::SIGKILL);
-        }
+        self.proc.stop_blocking(libc::SIGKILL);
     }
 
     /// Starts a killed server again on the same port and directory; returns once it answers
     /// PING (its AOF loaded).
     pub fn start_again(&mut self) {
-        assert!(self.daemon.is_none(), "the server is still running");
-        self.boot();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            d.stop(libc::SIGKILL);
-        }
+        assert!(!self.proc.is_running(), "the server is still running");
+        self.proc.start().expect("redis-server starts again");
+        self.wait_ready();
     }
 }
 
@@ -212,15 +202,9 @@ impl RedisCluster {
     }
 
     fn create_with(nodes: Vec<RedisServer>, replicas: u8) -> RedisCluster {
-        let mut cmd = Command::new(find_binary("redis-cli"));
-        cmd.arg("--cluster").arg("create");
-        for n in &nodes {
-            cmd.arg(format!("127.0.0.1:{}", n.port));
-        }
-        let out = cmd
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .output()
-            .expect("redis-cli runs");
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        let mut cmd = servers::cluster_create(&ports, replicas).unwrap_or_else(|e| panic!("{e:#}"));
+        let out = cmd.output().expect("redis-cli runs");
         assert!(out.status.success(), "cluster create failed: {out:?}");
         for n in &nodes {
             let port = n.port;
@@ -244,7 +228,7 @@ pub struct SentinelSetup {
     /// Further replicas ([`SentinelSetup::start_with`]), in the order of their priorities.
     pub others: Vec<RedisServer>,
     pub sentinel_port: u16,
-    _sentinel: Daemon,
+    _sentinel: Proc,
     _dir: tempfile::TempDir,
 }
 
@@ -275,22 +259,22 @@ impl SentinelSetup {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
-                 sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
-                 sentinel down-after-milliseconds {m} 1000\n\
-                 sentinel failover-timeout {m} 5000\n",
-                dir.path().display(),
-                m = Self::MASTER
-            ),
-        )
-        .unwrap();
-        let mut cmd = Command::new(find_binary("redis-server"));
-        cmd.arg(&conf).arg("--sentinel");
-        let sentinel = Daemon::spawn(cmd, None, libc::SIGKILL, &dir.path().join("sentinel.log"));
+        let conf = format!(
+            "port {port}\nbind 127.0.0.1\ndir {{dir}}\n\
+             sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
+             sentinel down-after-milliseconds {m} 1000\n\
+             sentinel failover-timeout {m} 5000\n",
+            m = Self::MASTER
+        );
+        let log = dir.path().join("sentinel.log");
+        let spec = servers::conf_spec(
+            dir.path(),
+            "sentinel",
+            ("sentinel.conf", conf),
+            &["--sentinel"],
+            log,
+        );
+        let sentinel = start(spec);
         let replica_port = replica.port.to_string();
         let ports: Vec<String> = others.iter().map(|r| r.port.to_string()).collect();
         wait_until("the Sentinel to see the replicas", || {
@@ -331,9 +315,7 @@ impl SentinelSetup {
 
     /// kill -9 of the primary; returns once the Sentinel promoted the replica.
     pub fn kill_primary_and_fail_over(&mut self) {
-        if let Some(d) = self.primary.daemon.take() {
-            d.stop(libc::SIGKILL);
-        }
+        self.primary.kill_9();
         let replica_port = self.replica.port.to_string();
         let port = self.sentinel_port;
         wait_until("the Sentinel failover", || {

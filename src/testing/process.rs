@@ -1,21 +1,24 @@
-//! Child processes the campaign can kill, freeze, thaw and start again.
+//! Server processes a test or the fault campaign can kill, freeze, thaw and start again.
 //!
-//! A fault campaign is only worth its figures if the faults are the real ones: SIGKILL of the
-//! real `seckill serve`, `seckill worker`, redis-server and PostgreSQL processes, SIGSTOP for
+//! Tests and the fault campaign are only worth what their faults are: SIGKILL of the real
+//! `seckill serve`, `seckill worker`, redis-server and PostgreSQL processes, SIGSTOP for
 //! longer than any lease. Each [`Proc`] remembers how it was started (program, arguments,
 //! environment, user, log file) so it can be started again on the same port and directory.
 //!
 //! Every child is spawned by a dedicated thread that waits on it, with a parent-death signal
-//! set on that thread, so no server outlives the campaign, even if `seckill chaos` itself is
+//! set on that thread, so no server outlives the test or the campaign, even if that process is
 //! killed. PostgreSQL refuses to run as root; as root its processes run as `postgres`.
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+
+/// How long a stop waits for the process to exit.
+const STOP_WAIT: Duration = Duration::from_secs(60);
 
 /// How to (re)start one server process.
 #[derive(Debug, Clone)]
@@ -29,7 +32,7 @@ pub struct Spec {
     pub log: PathBuf,
 }
 
-/// A server process under the campaign's control.
+/// A server process under the control of a test or the campaign.
 pub struct Proc {
     pub spec: Spec,
     running: Option<Running>,
@@ -38,7 +41,15 @@ pub struct Proc {
 
 struct Running {
     pid: u32,
-    exited: mpsc::Receiver<ExitStatus>,
+    /// Behind a mutex so a fixture holding a `Proc` can be shared between threads.
+    exited: Mutex<mpsc::Receiver<ExitStatus>>,
+}
+
+impl Running {
+    fn wait(self, timeout: Duration) {
+        let exited = self.exited.into_inner().unwrap_or_else(|e| e.into_inner());
+        let _ = exited.recv_timeout(timeout);
+    }
 }
 
 impl Proc {
@@ -112,7 +123,10 @@ impl Proc {
             .recv()
             .context("the spawning thread died")?
             .with_context(|| format!("cannot start {}", self.spec.program.display()))?;
-        self.running = Some(Running { pid, exited });
+        self.running = Some(Running {
+            pid,
+            exited: Mutex::new(exited),
+        });
         self.stopped = false;
         Ok(())
     }
@@ -131,17 +145,28 @@ impl Proc {
 
     /// Sends `sig` (after a SIGCONT if it was frozen) and waits up to 60 s for the exit.
     pub async fn stop_with(&mut self, sig: i32) {
-        let Some(r) = self.running.take() else {
-            return;
-        };
+        if let Some(r) = self.send_stop(sig) {
+            let _ = tokio::task::spawn_blocking(move || r.wait(STOP_WAIT)).await;
+        }
+    }
+
+    /// [`Proc::stop_with`] for a caller outside the runtime (a synchronous test fixture, a
+    /// `Drop`): blocks the thread until the process is gone.
+    pub fn stop_blocking(&mut self, sig: i32) {
+        if let Some(r) = self.send_stop(sig) {
+            r.wait(STOP_WAIT);
+        }
+    }
+
+    fn send_stop(&mut self, sig: i32) -> Option<Running> {
+        let r = self.running.take()?;
         // SAFETY: as in `signal`.
         unsafe { libc::kill(-(r.pid as i32), sig) };
         if self.stopped && sig != libc::SIGKILL {
             unsafe { libc::kill(-(r.pid as i32), libc::SIGCONT) };
         }
         self.stopped = false;
-        let _ = tokio::task::spawn_blocking(move || r.exited.recv_timeout(Duration::from_secs(60)))
-            .await;
+        Some(r)
     }
 
     /// SIGSTOP: the process freezes with its sockets open, as a long GC pause or a stalled VM.
@@ -161,7 +186,13 @@ impl Proc {
 
     /// Whether the process died on its own (not killed by the campaign).
     pub fn exited_by_itself(&mut self) -> Option<ExitStatus> {
-        let status = self.running.as_ref()?.exited.try_recv().ok()?;
+        let running = self.running.as_ref()?;
+        let status = running
+            .exited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .ok()?;
         self.running = None;
         Some(status)
     }
@@ -172,7 +203,7 @@ impl Drop for Proc {
         if let Some(r) = self.running.take() {
             // SAFETY: as in `signal`.
             unsafe { libc::kill(-(r.pid as i32), libc::SIGKILL) };
-            let _ = r.exited.recv_timeout(Duration::from_secs(10));
+            r.wait(Duration::from_secs(10));
         }
     }
 }
