@@ -50,7 +50,7 @@ enum Target {
         proc: Proc,
     },
     ScaleOut {
-        redis: RedisServer,
+        redis: Box<RedisServer>,
         postgres: String,
         proc: Seckill,
     },
@@ -63,7 +63,7 @@ impl Target {
             let proc = Proc::start(dir.path());
             return Target::Embedded { dir, proc };
         }
-        let redis = RedisServer::start_aof();
+        let redis = Box::new(RedisServer::start_aof());
         let postgres = pg().fresh_db().await;
         let proc = Seckill::serve(&[redis.url()], &postgres, &[]);
         Target::ScaleOut {
