@@ -16,6 +16,18 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 /// Held for as long as the process owns the data directory.
+/// How long a lock recorded under this process's own pid is waited for.
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const OWN_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Whether the lock file names this process as the holder.
+fn held_by_this_process(file: &mut File) -> bool {
+    let mut holder = String::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.read_to_string(&mut holder);
+    holder.trim() == std::process::id().to_string()
+}
+
 #[derive(Debug)]
 pub struct DirLock {
     _file: File,
@@ -36,10 +48,27 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        match file.try_lock() {
+        // A lock this very process held a moment ago (a ledger closed for a restart in the
+        // same process) can outlive its close for as long as a child forked meanwhile by
+        // another thread has not reached its exec: the child's copy of the descriptor holds
+        // the lock until then. Such a holder is waited for, briefly; another process is not.
+        let mut waited = std::time::Duration::ZERO;
+        let locked = loop {
+            match file.try_lock() {
+                Err(TryLockError::WouldBlock)
+                    if waited < OWN_LOCK_WAIT && held_by_this_process(&mut file) =>
+                {
+                    std::thread::sleep(OWN_LOCK_POLL);
+                    waited += OWN_LOCK_POLL;
+                }
+                other => break other,
+            }
+        };
+        match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let mut holder = String::new();
+                file.seek(SeekFrom::Start(0))?;
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 let holder = if holder.is_empty() { "unknown" } else { holder };
