@@ -24,7 +24,10 @@
 //!   `ledger/postgres/`, with matching file names) behind one [`ledger::Ledger`] trait whose
 //!   writes fail with a typed [`ledger::WriteFault`]; the group commit of the embedded
 //!   deployment; the invariants both ledgers check at write time ([`ledger::invariants`]);
-//!   fenced writes ([`ledger::fences`]).
+//!   fenced writes ([`ledger::fences`]); the event feed's rows, written by triggers in the
+//!   transaction of each change ([`ledger::feed`]).
+//! - [`feed`]: the event feed of `GET /v1/events`: pages after a cursor, long polls, and the
+//!   upkeep that numbers PostgreSQL's events in commit order and applies the retention.
 //! - [`lock`]: leases with fencing tokens on four stores (embedded, Redis, Redlock, HTTP).
 //! - [`guard`]: what stands before the engine: per-user and per-IP rate limits, load
 //!   shedding, the admission gate and the stock board that answers `sold_out` without the
@@ -79,6 +82,7 @@ pub mod domain;
 pub mod duration;
 pub mod engine;
 pub mod faults;
+pub mod feed;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guard;

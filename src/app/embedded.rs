@@ -9,6 +9,7 @@ use anyhow::Context;
 use super::Parts;
 use crate::config::{ServeConfig, SyncMode};
 use crate::engine::{Embedded, EmbeddedOptions};
+use crate::feed::Feed;
 use crate::supervise::Supervisor;
 
 /// Opens the engine `cfg` describes, its background tasks under `supervisor`.
@@ -25,7 +26,10 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     }
     let engine = Embedded::open(opts).await?;
     tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
+    let feed = Feed::new(engine.ledger(), cfg.events_retention);
+    feed.spawn_upkeep(supervisor);
     Ok(Parts {
+        feed,
         board: engine.board(),
         limiter: None,
         limits_refresh: None,

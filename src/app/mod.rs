@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::ServeConfig;
 use crate::engine::backend::Backend;
+use crate::feed::Feed;
 use crate::guard::rate::RateLimiter;
 use crate::guard::soldout::StockBoard;
 use crate::guard::Guards;
@@ -43,6 +44,8 @@ pub struct Parts {
     pub limits_refresh: Option<Duration>,
     /// The lock service of `/v1/locks`.
     pub locks: Locks,
+    /// The event feed of `/v1/events`, over the engine's ledger.
+    pub feed: Arc<Feed>,
     pub admin_token: String,
 }
 
@@ -127,6 +130,7 @@ impl App {
         let http_opts = HttpOptions {
             max_admin_body: cfg.max_admin_body,
             locks: Some(locks),
+            feed: Some(parts.feed),
             fast_claims: !cfg.no_fast_claims,
             ..HttpOptions::default()
         };

@@ -11,6 +11,7 @@ use super::Parts;
 use crate::config::{PipelineArgs, ServeConfig, WorkerConfig};
 use crate::engine::scale_out::{RedisConn, RedisSettings, RedisTarget, Scripts, LIMITS_REFRESH};
 use crate::engine::{ScaleOut, ScaleOutOptions};
+use crate::feed::Feed;
 use crate::ledger::PgLedger;
 use crate::pipeline::{self, PipelineOptions};
 use crate::supervise::Supervisor;
@@ -77,7 +78,10 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
         wait_replicas = replicas,
         "scale-out deployment ready (Redis gate, PostgreSQL ledger)"
     );
+    let feed = Feed::new(engine.ledger().clone(), cfg.events_retention);
+    feed.spawn_upkeep(supervisor);
     Ok(Parts {
+        feed,
         board: engine.board(),
         limiter: Some(engine.rate_limiter()),
         limits_refresh: Some(LIMITS_REFRESH),

@@ -21,6 +21,7 @@ pub mod conn;
 pub mod drain;
 pub mod event_spec;
 pub mod events;
+pub mod feed;
 pub mod fire;
 pub mod html;
 pub mod opts;
@@ -205,6 +206,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             violations.extend(found);
             summary
         });
+        violations.extend(feed::check(&client, &campaign, &preexisting).await?);
         // Only on the run's own campaign: against someone else's, a broken server would let
         // the probe pause or close a live sale.
         if opts.campaign.is_none() {

@@ -47,6 +47,9 @@ pub enum Invariant {
     /// 4: an order of a campaign with holds was not resolved as its answers said (see
     /// `bench::payer`).
     HoldBroken,
+    /// 4: the event feed does not tell the orders' lives as the ledger holds them (see
+    /// [`feed`]).
+    FeedBroken,
 }
 
 impl Invariant {
@@ -61,7 +64,8 @@ impl Invariant {
             | Invariant::OrderDuplicated
             | Invariant::WonAnsweredTwice
             | Invariant::PhantomOrder
-            | Invariant::HoldBroken => 4,
+            | Invariant::HoldBroken
+            | Invariant::FeedBroken => 4,
             Invariant::RemainingMismatch => 5,
             Invariant::IdempotencyBroken => 6,
             Invariant::BadInputAccepted | Invariant::BadInputChangedState => 7,
@@ -306,6 +310,7 @@ fn answers(ev: &Evidence<'_>, by_id: &HashMap<&str, &Order>, out: &mut Vec<Viola
     }
 }
 
+pub mod feed;
 mod idempotency;
 pub use idempotency::idempotency;
 

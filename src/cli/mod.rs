@@ -4,6 +4,7 @@ mod baseline;
 mod bench;
 mod chaos;
 mod demo;
+mod events;
 pub mod lock;
 mod lock_bench;
 mod lock_target;
@@ -44,6 +45,10 @@ enum Command {
     /// lock; `lock bench` measures a lock store.
     #[command(subcommand)]
     Lock(lock::LockCommand),
+    /// The event feed of a running seckill: `events tail` prints every order transition and
+    /// campaign change as JSON lines and follows it.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
     /// Run randomized fault schedules (kills, freezes, outages, a full disk) against real
     /// embedded and scale-out deployments under a mixed storm, and check every invariant.
     Chaos(Box<crate::chaos::ChaosOpts>),
@@ -65,6 +70,7 @@ pub fn main() -> ExitCode {
         | Command::SignUser(_)
         | Command::Bench(_)
         | Command::Lock(_)
+        | Command::Events(_)
         | Command::Chaos(_)
         | Command::Baseline(_) => false,
     };
@@ -91,6 +97,7 @@ pub fn main() -> ExitCode {
             Command::Worker(cfg) => serve::run_worker(cfg).await,
             Command::Bench(opts) => bench::run(*opts).await,
             Command::Lock(cmd) => lock::run(cmd).await,
+            Command::Events(cmd) => events::run(cmd).await,
             Command::Chaos(opts) => chaos::run(*opts).await,
             Command::Baseline(opts) => baseline::run(opts).await,
         }

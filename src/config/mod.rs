@@ -74,6 +74,11 @@ pub struct ServeConfig {
     #[arg(long, env = "SECKILL_IDEMPOTENCY_MAX_REJECTED", default_value_t = KEPT_REJECTIONS_PER_CAMPAIGN, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     pub idempotency_max_rejected: u64,
 
+    /// How long the event feed (`GET /v1/events`) keeps an event; older ones are removed and a
+    /// cursor before them answers 410.
+    #[arg(long, env = "SECKILL_EVENTS_RETENTION", default_value = "7d", value_parser = crate::duration::parse)]
+    pub events_retention: std::time::Duration,
+
     /// Largest body of campaign creation and restock, in bytes.
     #[arg(long, env = "SECKILL_MAX_ADMIN_BODY", default_value_t = 256 * 1024 * 1024)]
     pub max_admin_body: usize,
@@ -124,6 +129,7 @@ impl ServeConfig {
             sync: SyncMode::Full,
             max_batch: 4096,
             idempotency_hours: 24,
+            events_retention: std::time::Duration::from_secs(7 * 86_400),
             idempotency_rejected_secs: 600,
             idempotency_max_per_user: KEPT_REJECTIONS_PER_USER,
             idempotency_max_rejected: KEPT_REJECTIONS_PER_CAMPAIGN,

@@ -16,6 +16,10 @@ pub enum Error {
     /// campaign (409 `conflict`).
     #[error("{0}")]
     Conflict(String),
+    /// A feed cursor older than the oldest event kept: the events in between were removed by
+    /// retention (410 `cursor_expired`).
+    #[error("{0}")]
+    Gone(String),
     /// Refused before processing to protect the service (503 `overloaded`, with Retry-After).
     #[error("{0}")]
     Overloaded(String),

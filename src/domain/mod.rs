@@ -7,6 +7,7 @@ mod admin_key;
 mod campaign;
 mod claim;
 mod error;
+mod event;
 mod limits;
 mod order;
 mod refused;
@@ -19,6 +20,7 @@ pub use campaign::{
 };
 pub use claim::{ClaimAnswer, ClaimRequest, IdempotencyKey, Outcome};
 pub use error::Error;
+pub use event::{Event, EventFilter, EventPage, EventQuery, EventType};
 pub use limits::{CampaignLimits, Rate, MAX_RATE_COUNT};
 pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
 pub use refused::{RefusedOrder, RefusedOrders};

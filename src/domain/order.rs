@@ -103,7 +103,7 @@ pub fn parse_order_id(order_id: &str) -> Result<(&str, u64), Error> {
 
 /// A non-negative decimal in canonical form (`0`, or digits without a leading zero) that fits
 /// the ledger's signed 64-bit columns.
-fn canonical_number(s: &str) -> Option<u64> {
+pub(super) fn canonical_number(s: &str) -> Option<u64> {
     let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits || (s.len() > 1 && s.starts_with('0')) {
         return None;

@@ -58,6 +58,7 @@ impl From<Error> for ApiError {
             Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::Gone(_) => (StatusCode::GONE, "cursor_expired"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Error::Unavailable(_) | Error::OutcomeUnknown(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "internal")
@@ -100,6 +101,7 @@ pub enum ErrorCode {
     Unauthorized,
     NotFound,
     Conflict,
+    CursorExpired,
     PayloadTooLarge,
     RequestTimeout,
     RateLimited,
@@ -108,11 +110,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [&'static str; 9] = [
+    pub const ALL: [&'static str; 10] = [
         "invalid_request",
         "unauthorized",
         "not_found",
         "conflict",
+        "cursor_expired",
         "payload_too_large",
         "request_timeout",
         "rate_limited",
@@ -183,6 +186,7 @@ mod tests {
             ErrorCode::Unauthorized,
             ErrorCode::NotFound,
             ErrorCode::Conflict,
+            ErrorCode::CursorExpired,
             ErrorCode::PayloadTooLarge,
             ErrorCode::RequestTimeout,
             ErrorCode::RateLimited,
@@ -199,6 +203,7 @@ mod tests {
             Error::Unauthorized(String::new()),
             Error::NotFound(String::new()),
             Error::Conflict(String::new()),
+            Error::Gone(String::new()),
             Error::Overloaded(String::new()),
             Error::Unavailable(String::new()),
             Error::OutcomeUnknown(String::new()),

@@ -15,6 +15,7 @@ mod claim;
 pub mod claim_body;
 mod dashboard;
 mod error;
+mod events;
 mod extract;
 mod fast;
 pub mod fd_limit;
@@ -86,6 +87,8 @@ pub struct HttpOptions {
     /// The lock service of `/v1/locks` (none: 404): the deployment's own, or Redlock
     /// (`--lock-redis`).
     pub locks: Option<crate::lock::Locks>,
+    /// The event feed of `/v1/events` (none: 404).
+    pub feed: Option<Arc<crate::feed::Feed>>,
     /// Serve the claim route before the router on the public listener (`fast`); off, every
     /// request goes through the router (the tests compare the two).
     pub fast_claims: bool,
@@ -97,6 +100,7 @@ impl Default for HttpOptions {
             max_admin_body: 256 * 1024 * 1024,
             max_body: 16 * 1024,
             locks: None,
+            feed: None,
             fast_claims: true,
         }
     }
@@ -109,6 +113,8 @@ pub struct AppState {
     pub guards: Arc<Guards>,
     /// The lock service of `/v1/locks` (none: 404).
     pub locks: Option<crate::lock::Locks>,
+    /// The event feed of `/v1/events` (none: 404).
+    pub feed: Option<Arc<crate::feed::Feed>>,
 }
 
 /// The routes of one instance: everything on `public`, or the admin routes on `admin`; `fast`
@@ -149,6 +155,7 @@ pub fn routers(
         admin_token,
         guards,
         locks,
+        feed: opts.feed.clone(),
     };
     let timed = || axum::middleware::from_fn_with_state(state.clone(), timed::timed);
     // Claims shed inline (the storm path) and time themselves; the campaign view through the
@@ -184,6 +191,7 @@ pub fn routers(
             post(locks::acquire).delete(locks::release),
         )
         .route("/v1/locks/{name}/extend", post(locks::extend))
+        .route("/v1/events", get(events::list_events))
         .route("/metrics", get(guarded::metrics))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/dashboard.js", get(dashboard::script))

@@ -23,11 +23,12 @@ use utoipa::{Modify, OpenApi};
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
 use super::health::{self, Health, HealthStatus};
 pub use super::rate_limited::{rate_limited_response, RateLimited};
-use super::{claim, guarded, locks};
+use super::{claim, events, guarded, locks};
 use super::{dashboard, handlers};
 use crate::domain::{
-    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Kind, NewCampaignBody, Order,
-    OrderPage, OrderState, Outcome, RefusedOrder, RefusedOrders, RestockBody, Status,
+    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Event, EventPage, EventType, Kind,
+    NewCampaignBody, Order, OrderPage, OrderState, Outcome, RefusedOrder, RefusedOrders,
+    RestockBody, Status,
 };
 
 /// Name of the admin bearer security scheme in the document (the `security` of admin routes
@@ -63,6 +64,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         locks::acquire,
         locks::extend,
         locks::release,
+        events::list_events,
         guarded::metrics,
         dashboard::page,
         dashboard::script,
@@ -76,7 +78,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
     components(schemas(
         ErrorBody, ErrorDetail, ErrorCode, Outcome, Kind, Status, OrderState, ClaimRequest,
         ClaimAnswer, NewCampaignBody, RestockBody, CampaignView, Order, OrderPage,
-        RefusedOrder, RefusedOrders,
+        RefusedOrder, RefusedOrders, Event, EventPage, EventType,
         CampaignLimits, Health, HealthStatus, locks::AcquireBody, locks::ExtendBody,
         locks::ReleaseBody, locks::Acquired, locks::Granted, locks::Held, locks::Released,
     )),
@@ -85,6 +87,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         (name = "claims", description = "The storm path: one claim, one outcome."),
         (name = "campaigns", description = "Campaigns: create, view, restock, pause, resume, close, rate limits."),
         (name = "orders", description = "Orders left by won claims."),
+        (name = "events", description = "The event feed: every order transition and campaign change, in the ledger's order."),
         (name = "locks", description = "Leases with fencing tokens for the services around a sale."),
         (name = "operations", description = "Health, metrics and this document."),
     ),

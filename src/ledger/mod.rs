@@ -7,6 +7,7 @@
 
 pub mod admin_keys;
 mod dir_lock;
+pub mod feed;
 mod group_commit;
 pub mod invariants;
 mod migrations;
@@ -198,6 +199,22 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// Every campaign's stored guard rate limits.
     async fn campaign_limits(&self) -> anyhow::Result<Vec<(String, CampaignLimits)>>;
+
+    /// Where the event feed stands (`feed`).
+    async fn feed_head(&self) -> anyhow::Result<feed::FeedHead>;
+
+    /// The feed's events `read` asks for, oldest first.
+    async fn feed(&self, read: &feed::FeedRead<'_>) -> anyhow::Result<Vec<crate::domain::Event>>;
+
+    /// Gives positions to committed events that have none yet. The embedded ledger numbers
+    /// them as its one writer commits; PostgreSQL's writers cannot.
+    async fn number_feed(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Removes up to `batch` events older than `before` from the start of the feed; the last
+    /// position removed so far.
+    async fn prune_feed(&self, before: DateTime<Utc>, batch: u32) -> anyhow::Result<u64>;
 }
 
 /// One page of a campaign's orders, oldest first. Fetches one row more than the page holds so

@@ -18,8 +18,15 @@ use seckill::domain::{Order, OrderState, Outcome};
 use crate::process::Proc;
 
 /// Rebuilds `orders` as migration 0005 left it and forgets that 0006 ran.
-/// Undoes migration 0008 (the ledger's rules).
+/// Undoes migrations 0009 (the event feed) and 0008 (the ledger's rules).
 const BEFORE_0008: &str = "
+DROP TRIGGER IF EXISTS feed_order_moved;
+DROP TRIGGER IF EXISTS feed_campaign_created;
+DROP TRIGGER IF EXISTS feed_campaign_restocked;
+DROP TRIGGER IF EXISTS feed_campaign_status;
+DROP TABLE feed;
+DROP TABLE feed_pruned;
+DELETE FROM sqlite_sequence WHERE name = 'feed';
 DROP TRIGGER IF EXISTS orders_state_once;
 DROP TRIGGER IF EXISTS orders_live_release;
 DROP TRIGGER IF EXISTS orders_live_delete;

@@ -168,6 +168,11 @@ impl Embedded {
         self.board.clone()
     }
 
+    /// The ledger, for the readers beside the engine (the event feed).
+    pub fn ledger(&self) -> Arc<SqliteLedger> {
+        self.ledger.clone()
+    }
+
     /// The lock service of `/v1/locks`, kept in this deployment's ledger.
     pub fn locks(&self) -> crate::lock::Locks {
         let store = crate::lock::embedded::EmbeddedLocks::new(self.ledger.clone());

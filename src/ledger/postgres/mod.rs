@@ -12,6 +12,7 @@
 
 pub(crate) mod entries;
 mod event;
+mod feed;
 pub mod fences;
 pub(crate) mod holds;
 pub(crate) mod lineage;
@@ -137,6 +138,25 @@ impl Ledger for PgLedger {
             }
         }
         Ok(())
+    }
+
+    async fn feed_head(&self) -> anyhow::Result<crate::ledger::feed::FeedHead> {
+        feed::head(&self.pool).await
+    }
+
+    async fn feed(
+        &self,
+        read: &crate::ledger::feed::FeedRead<'_>,
+    ) -> anyhow::Result<Vec<crate::domain::Event>> {
+        feed::read(&self.pool, read).await
+    }
+
+    async fn number_feed(&self) -> anyhow::Result<()> {
+        feed::number(&self.pool).await
+    }
+
+    async fn prune_feed(&self, before: DateTime<Utc>, batch: u32) -> anyhow::Result<u64> {
+        feed::prune(&self.pool, before, batch).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

@@ -10,6 +10,7 @@
 //! inserted without `ON CONFLICT`: a freshly decided order whose id the ledger already holds
 //! is a fault that stops the batch, never a silent no-op.
 
+mod feed;
 pub(crate) mod holds;
 pub(crate) mod live;
 pub(crate) mod locks;
@@ -234,6 +235,22 @@ impl Ledger for SqliteLedger {
     ) -> anyhow::Result<()> {
         let mut writer = self.writer.lock().await;
         recovery::recover(writer.conn().await?, idem_since, None, into).await
+    }
+
+    async fn feed_head(&self) -> anyhow::Result<crate::ledger::feed::FeedHead> {
+        feed::head(&self.readers).await
+    }
+
+    async fn feed(
+        &self,
+        read: &crate::ledger::feed::FeedRead<'_>,
+    ) -> anyhow::Result<Vec<crate::domain::Event>> {
+        feed::read(&self.readers, read).await
+    }
+
+    async fn prune_feed(&self, before: DateTime<Utc>, batch: u32) -> anyhow::Result<u64> {
+        let mut writer = self.writer.lock().await;
+        feed::prune(&mut writer, before, batch).await
     }
 
     async fn prune_idempotency(&self, before: DateTime<Utc>) -> anyhow::Result<u64> {

@@ -55,6 +55,27 @@ async fn insert_orders(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow
     Ok(())
 }
 
+/// The `order.won` events of the orders just inserted (migration 0009): written by the one
+/// inserter of orders, one multi-row INSERT per chunk, rather than by a trigger program per
+/// order on the storm's hottest statement.
+static INSERT_WON: ShapedSql =
+    ShapedSql::new("INSERT INTO feed (type, at, campaign_id, seq)", 4, "");
+
+async fn insert_won_events(conn: &mut SqliteConnection, orders: &[&Order]) -> anyhow::Result<()> {
+    for chunk in shaped(orders) {
+        let mut q = sqlx::query(INSERT_WON.get(chunk.len()));
+        for o in chunk {
+            q = q
+                .bind("order.won")
+                .bind(micros(o.created_at))
+                .bind(&o.campaign_id)
+                .bind(o.seq() as i64);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 async fn insert_idem(conn: &mut SqliteConnection, recs: &[&IdemRecord]) -> anyhow::Result<()> {
     for chunk in shaped(recs) {
         let mut q = sqlx::query(INSERT_IDEM.get(chunk.len()));
@@ -219,51 +240,71 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
     }
 }
 
-/// Every write of one batch, inside the writer's open transaction.
+/// Every write of one batch, inside the writer's open transaction, in the order the engine
+/// decided them: the orders, answers and resolutions before an admin change are written before
+/// it, so the change (and its event in the feed) comes after the wins decided before it.
 pub(super) async fn write_batch(
     conn: &mut SqliteConnection,
     writes: &[&LedgerWrite],
 ) -> anyhow::Result<()> {
-    let mut orders = Vec::new();
-    let mut idem = Vec::new();
-    let mut resolutions = Vec::new();
+    let mut run = Run::default();
     for w in writes {
         match w {
-            LedgerWrite::Order(o) => orders.push(o),
-            LedgerWrite::Idem(r) => idem.push(r),
-            LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => resolutions.push(*w),
-            other => apply_one(conn, other).await?,
+            LedgerWrite::Order(o) => run.orders.push(o),
+            LedgerWrite::Idem(r) => run.idem.push(r),
+            LedgerWrite::Confirm { .. } | LedgerWrite::Expire { .. } => run.resolutions.push(*w),
+            other => {
+                run.flush(conn).await?;
+                apply_one(conn, other).await?;
+            }
         }
     }
-    // Resolutions of orders written before this batch go first: an expiry frees the unit (and
-    // the code) a later claim of the batch may have taken, and the ledger's rules
-    // (`ledger::invariants`) count live units statement by statement. A resolution of an order
-    // of this very batch follows the inserts.
-    let in_batch: std::collections::HashSet<&str> = if resolutions.is_empty() {
-        Default::default()
-    } else {
-        orders.iter().map(|o| o.order_id.as_str()).collect()
-    };
-    let (later, earlier): (Vec<&LedgerWrite>, Vec<&LedgerWrite>) =
-        resolutions.into_iter().partition(|w| {
-            let id = match w {
-                LedgerWrite::Confirm { order_id, .. } | LedgerWrite::Expire { order_id, .. } => {
-                    order_id
-                }
-                _ => unreachable!("only resolutions"),
-            };
-            in_batch.contains(id.as_str())
-        });
-    for w in earlier {
-        super::holds::resolve(conn, w).await?;
+    run.flush(conn).await
+}
+
+/// The orders, answers and resolutions between two admin changes of a batch.
+#[derive(Default)]
+struct Run<'a> {
+    orders: Vec<&'a Order>,
+    idem: Vec<&'a IdemRecord>,
+    resolutions: Vec<&'a LedgerWrite>,
+}
+
+impl Run<'_> {
+    async fn flush(&mut self, conn: &mut SqliteConnection) -> anyhow::Result<()> {
+        // Resolutions of orders written before this run go first: an expiry frees the unit
+        // (and the code) a later claim of the run may have taken, and the ledger's rules
+        // (`ledger::invariants`) count live units statement by statement. A resolution of an
+        // order of this very run follows the inserts.
+        let in_run: std::collections::HashSet<&str> = if self.resolutions.is_empty() {
+            Default::default()
+        } else {
+            self.orders.iter().map(|o| o.order_id.as_str()).collect()
+        };
+        let (later, earlier): (Vec<&LedgerWrite>, Vec<&LedgerWrite>) =
+            std::mem::take(&mut self.resolutions)
+                .into_iter()
+                .partition(|w| {
+                    let id = match w {
+                        LedgerWrite::Confirm { order_id, .. }
+                        | LedgerWrite::Expire { order_id, .. } => order_id,
+                        _ => unreachable!("only resolutions"),
+                    };
+                    in_run.contains(id.as_str())
+                });
+        for w in earlier {
+            super::holds::resolve(conn, w).await?;
+        }
+        let orders = std::mem::take(&mut self.orders);
+        insert_orders(conn, &orders).await?;
+        insert_won_events(conn, &orders).await?;
+        super::live::count_inserted(conn, &orders).await?;
+        insert_idem(conn, &std::mem::take(&mut self.idem)).await?;
+        for w in later {
+            super::holds::resolve(conn, w).await?;
+        }
+        Ok(())
     }
-    insert_orders(conn, &orders).await?;
-    super::live::count_inserted(conn, &orders).await?;
-    insert_idem(conn, &idem).await?;
-    for w in later {
-        super::holds::resolve(conn, w).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
