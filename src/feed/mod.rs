@@ -145,10 +145,16 @@ async fn upkeep(feed: std::sync::Weak<Feed>) -> anyhow::Result<()> {
         };
         let step = async {
             feed.ledger.number_feed().await?;
+            let prune_due = Instant::now() >= next_prune;
+            // The head is read for the long polls waiting on it, and for the retention; with
+            // neither, a tick costs the embedded ledger nothing.
+            if feed.head.receiver_count() == 0 && !prune_due {
+                return anyhow::Ok(());
+            }
             let head = feed.ledger.feed_head().await?;
             feed.head
                 .send_if_modified(|h| std::mem::replace(h, head) != head);
-            if Instant::now() >= next_prune {
+            if prune_due {
                 let every = (feed.retention / 4).clamp(TICK, PRUNE_EVERY);
                 next_prune = Instant::now() + every;
                 let before = crate::clock::now() - feed.retention;
