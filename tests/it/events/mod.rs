@@ -315,3 +315,39 @@ async fn a_pause_mid_storm_follows_every_win_decided_before_it() {
     );
     app.stop().await;
 }
+
+/// `seckill events tail --no-follow` prints the feed as JSON lines, from a cursor and filtered.
+/// (Two workers: the child's wait blocks one while the in-process server answers on the other.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tail_prints_the_feed_as_json_lines() {
+    let app = App::spawn_with(|_| {}).await;
+    app.create(json!({"id": "t", "stock": 5, "per_user_limit": 1}))
+        .await;
+    for u in ["a", "b", "c"] {
+        app.claim("t", u, 1).await;
+    }
+    let tail = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args(["events", "tail", "--no-follow", "--url", &app.admin_url()])
+            .args(args)
+            .env("SECKILL_ADMIN_TOKEN", crate::helpers::TOKEN)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("seckill runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+            .collect::<Vec<_>>()
+    };
+    let all = tail(&[]);
+    let kinds: Vec<&str> = all.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["campaign.created", "order.won", "order.won", "order.won"]
+    );
+    let after_first_win = tail(&["--after", "2", "--type", "order.won"]);
+    assert_eq!(after_first_win, all[2..]);
+    app.stop().await;
+}
