@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::domain::{CampaignView, ClaimAnswer, Order, OrderPage};
+use crate::domain::{CampaignView, ClaimAnswer, EventQuery, Order, OrderPage};
 
 /// What a claim request came back with.
 #[derive(Debug, Clone)]
@@ -91,6 +91,20 @@ impl Client {
         let status = resp.status();
         let body = resp.json().await.unwrap_or(Value::Null);
         Ok((status, body))
+    }
+
+    /// One read of the event feed (`GET /v1/events`); returns status and JSON body.
+    pub async fn events(&self, query: &EventQuery) -> anyhow::Result<(StatusCode, Value)> {
+        let resp = self
+            .http
+            .get(self.url("/v1/events"))
+            .query(query)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .context("reading the event feed failed")?;
+        let status = resp.status();
+        Ok((status, resp.json().await.unwrap_or(Value::Null)))
     }
 
     pub async fn create_campaign(&self, spec: &Value) -> anyhow::Result<CampaignView> {

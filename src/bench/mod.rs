@@ -206,7 +206,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             violations.extend(found);
             summary
         });
-        violations.extend(feed::check(&client, &campaign, &preexisting).await?);
+        violations.extend(feed::check(&client, &campaign, &drained.orders, &preexisting).await?);
         // Only on the run's own campaign: against someone else's, a broken server would let
         // the probe pause or close a live sale.
         if opts.campaign.is_none() {

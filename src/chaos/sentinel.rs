@@ -30,8 +30,9 @@ use anyhow::Context;
 
 use super::schedule::Target;
 use super::servers::Fsync;
-use super::servers::{conf_spec, fsync_name, node_conn};
+use super::servers::{fsync_name, node_conn};
 use crate::testing::process::Spec;
+use crate::testing::servers::conf_spec;
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "seckill";

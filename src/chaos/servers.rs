@@ -9,7 +9,6 @@ use anyhow::Context;
 
 use crate::testing::process::Spec;
 use crate::testing::servers;
-pub use crate::testing::servers::conf_spec;
 
 /// Redis's AOF fsync policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]

@@ -33,8 +33,9 @@ use anyhow::Context;
 
 use super::schedule::Target;
 use super::servers::Fsync;
-use super::servers::{conf_spec, fsync_name, node_conn};
+use super::servers::{fsync_name, node_conn};
 use crate::testing::process::Spec;
+use crate::testing::servers::conf_spec;
 
 /// Nodes of the deployment: three masters and a replica of each.
 pub const NODES: usize = 6;

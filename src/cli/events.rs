@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use reqwest::Method;
 
 use crate::bench::client::Client;
-use crate::domain::EventPage;
+use crate::domain::{EventPage, EventQuery};
 use crate::guard::secret::Secret;
 
 #[derive(Debug, Subcommand)]
@@ -53,21 +52,14 @@ async fn tail(opts: TailOpts) -> anyhow::Result<ExitCode> {
     let mut after = opts.after.clone();
     let mut out = std::io::stdout().lock();
     loop {
-        let mut query = vec![format!("limit={}", 1000)];
-        if let Some(a) = &after {
-            query.push(format!("after={a}"));
-        }
-        if let Some(t) = &opts.kind {
-            query.push(format!("type={t}"));
-        }
-        if let Some(c) = &opts.campaign {
-            query.push(format!("campaign={c}"));
-        }
-        if !opts.no_follow {
-            query.push("wait_ms=25000".to_owned());
-        }
-        let path = format!("/v1/events?{}", query.join("&"));
-        let (status, body) = match client.admin(Method::GET, &path, None).await {
+        let query = EventQuery {
+            after: after.clone(),
+            limit: Some(1000),
+            campaign: opts.campaign.clone(),
+            kind: opts.kind.clone(),
+            wait_ms: (!opts.no_follow).then_some(25_000),
+        };
+        let (status, body) = match client.events(&query).await {
             Ok(answer) => answer,
             Err(e) if !opts.no_follow => {
                 tracing::warn!(error = %e, "reading the feed failed; trying again");

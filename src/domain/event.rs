@@ -106,26 +106,30 @@ pub struct EventPage {
     pub next_cursor: String,
 }
 
-/// Query of `GET /v1/events`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+/// Query of `GET /v1/events` (serialised by the client that reads the feed).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventQuery {
     /// A `cursor` or `next_cursor` from this feed; omitted: from the oldest event kept.
     #[param(pattern = "^(0|[1-9][0-9]{0,18})$")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
     /// Events per page (default 100).
     #[param(minimum = 1, maximum = 1000)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// Only this campaign's events.
     #[param(min_length = 1, max_length = 64)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub campaign: Option<String>,
     /// Only events of this type (`order.won`, `order.confirmed`, …).
-    #[serde(rename = "type")]
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     #[param(rename = "type")]
     pub kind: Option<String>,
     /// When nothing matches yet, wait up to this long for an event (long poll), 0–30000.
     #[param(minimum = 0, maximum = 30000)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
 }
 

@@ -31,6 +31,26 @@ pub struct FeedRead<'a> {
     pub kind: Option<EventType>,
 }
 
+impl FeedRead<'_> {
+    /// The SQL conditions of the filters, after the three parameters every read binds (after,
+    /// upto, limit): the campaign's as parameter 4, the type's as the next, each written
+    /// `{mark}N` on column `{table}.…`. One statement per filter, so each is planned for its
+    /// index (a campaign's events by `feed_by_campaign`), not one plan for all; the caller
+    /// binds the campaign, then the type, when present.
+    pub fn conditions(&self, mark: char, table: &str) -> String {
+        let mut sql = String::new();
+        let mut n = 4;
+        if self.campaign.is_some() {
+            sql.push_str(&format!(" AND {table}campaign_id = {mark}{n}"));
+            n += 1;
+        }
+        if self.kind.is_some() {
+            sql.push_str(&format!(" AND {table}type = {mark}{n}"));
+        }
+        sql
+    }
+}
+
 /// One feed row with the columns of its order, as both ledgers select it.
 #[derive(Debug, sqlx::FromRow)]
 pub struct FeedRow {
@@ -97,9 +117,17 @@ pub fn render(r: FeedRow) -> anyhow::Result<Event> {
     })
 }
 
-/// The order as `GET /v1/orders/{id}` showed it right after the transition `kind`.
+/// The order as `GET /v1/orders/{id}` showed it right after the transition `kind`: its row
+/// with the state the event names and only the timestamps that existed by then.
 fn order_after(kind: EventType, r: &FeedRow) -> anyhow::Result<Order> {
-    let row = OrderRow {
+    let (state, cancelled_at, resolved_at) = match kind {
+        EventType::OrderWon if r.pay_by.is_some() => (OrderState::Pending, None, None),
+        EventType::OrderWon => (OrderState::Active, None, None),
+        EventType::OrderConfirmed => (OrderState::Confirmed, None, r.resolved_at),
+        EventType::OrderExpired => (OrderState::Expired, None, r.resolved_at),
+        _ => (OrderState::Cancelled, r.cancelled_at, r.resolved_at),
+    };
+    Order::try_from(OrderRow {
         order_id: r
             .order_id
             .clone()
@@ -108,26 +136,12 @@ fn order_after(kind: EventType, r: &FeedRow) -> anyhow::Result<Order> {
         user_id: r.user_id.clone().unwrap_or_default(),
         qty: r.qty.unwrap_or_default(),
         codes: r.codes.clone(),
-        state: String::new(),
-        created_at: r.created_at.unwrap_or_default(),
-        cancelled_at: None,
-        pay_by: r.pay_by,
-        resolved_at: None,
-    };
-    let (state, cancelled_at, resolved_at) = match kind {
-        EventType::OrderWon if r.pay_by.is_some() => (OrderState::Pending, None, None),
-        EventType::OrderWon => (OrderState::Active, None, None),
-        EventType::OrderConfirmed => (OrderState::Confirmed, None, r.resolved_at),
-        EventType::OrderExpired => (OrderState::Expired, None, r.resolved_at),
-        _ => (OrderState::Cancelled, r.cancelled_at, r.resolved_at),
-    };
-    let mut order = Order::try_from(OrderRow {
         state: state.as_str().to_owned(),
-        ..row
-    })?;
-    order.cancelled_at = opt_time(cancelled_at)?;
-    order.resolved_at = opt_time(resolved_at)?;
-    Ok(order)
+        created_at: r.created_at.unwrap_or_default(),
+        cancelled_at,
+        pay_by: r.pay_by,
+        resolved_at,
+    })
 }
 
 fn campaign_view(b: CampaignBody) -> anyhow::Result<CampaignView> {

@@ -29,14 +29,7 @@ pub fn redis_spec(
         .collect();
     args.push(dir.display().to_string());
     args.extend(extra.iter().map(|s| s.to_string()));
-    Ok(Spec {
-        name: name.to_owned(),
-        program: find_binary("redis-server")?,
-        args,
-        env: vec![],
-        user: None,
-        log,
-    })
+    redis_server(name, args, log)
 }
 
 /// A redis-server (or Sentinel, with `--sentinel` in `extra`) run from its own config file,
@@ -56,6 +49,11 @@ pub fn conf_spec(
     std::fs::write(&file, conf.replace("{dir}", &dir.display().to_string()))?;
     let mut args = vec![file.display().to_string()];
     args.extend(extra.iter().map(|s| s.to_string()));
+    redis_server(name, args, log)
+}
+
+/// redis-server with `args`, logging to `log`.
+fn redis_server(name: &str, args: Vec<String>, log: PathBuf) -> anyhow::Result<Spec> {
     Ok(Spec {
         name: name.to_owned(),
         program: find_binary("redis-server")?,

@@ -33,19 +33,7 @@ pub(super) async fn head(pool: &PgPool) -> anyhow::Result<FeedHead> {
 }
 
 pub(super) async fn read(pool: &PgPool, r: &FeedRead<'_>) -> anyhow::Result<Vec<Event>> {
-    // One statement per filter, so each is planned for its index (a campaign's events by
-    // `feed_by_campaign`), not one generic plan for all.
-    let mut filters = String::new();
-    if r.campaign.is_some() {
-        filters.push_str(" AND campaign_id = $4");
-    }
-    if r.kind.is_some() {
-        filters.push_str(if r.campaign.is_some() {
-            " AND type = $5"
-        } else {
-            " AND type = $4"
-        });
-    }
+    let filters = r.conditions('$', "");
     let sql = format!(
         "SELECT {FEED_COLUMNS}, f.id FROM \
          (SELECT pos, id, type, at, campaign_id, seq, body::TEXT AS body FROM feed \

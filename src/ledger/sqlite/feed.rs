@@ -24,19 +24,7 @@ pub(super) async fn head(readers: &SqlitePool) -> anyhow::Result<FeedHead> {
 }
 
 pub(super) async fn read(readers: &SqlitePool, r: &FeedRead<'_>) -> anyhow::Result<Vec<Event>> {
-    // One statement per filter, so each uses its index (a campaign's events by
-    // `feed_by_campaign`), not one plan for all.
-    let mut filters = String::new();
-    if r.campaign.is_some() {
-        filters.push_str(" AND f.campaign_id = ?4");
-    }
-    if r.kind.is_some() {
-        filters.push_str(if r.campaign.is_some() {
-            " AND f.type = ?5"
-        } else {
-            " AND f.type = ?4"
-        });
-    }
+    let filters = r.conditions('?', "f.");
     let sql = format!(
         "SELECT {FEED_COLUMNS}, f.pos AS id FROM feed f \
          LEFT JOIN orders o ON o.campaign_id = f.campaign_id AND o.seq = f.seq \
