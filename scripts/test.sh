@@ -34,6 +34,9 @@ SLOW=(
     scale_out::redis_outage
     scale_out::worker_crash
     scale_out::outages
+    scale_out::webhook_takeover
+    events::nats
+    events::webhooks::a_receiver_down
 )
 
 tier=all
@@ -43,6 +46,8 @@ esac
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# The NATS sink's tests start their own JetStream server.
+command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     need_apt+=(postgresql)
 elif ! command -v psql >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/psql >/dev/null 2>&1; then
@@ -62,6 +67,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# The webhook tests check every signature with the Standard Webhooks reference implementation
+# (PyPI's standardwebhooks), from a venv of their own under target/.
+venv=target/test-venv
+if ! "$venv/bin/python" -c "import standardwebhooks" >/dev/null 2>&1; then
+    echo "installing standardwebhooks into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet 'standardwebhooks>=1.0,<2'
 fi
 
 case "$tier" in

@@ -78,6 +78,7 @@ pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod domain;
 pub mod duration;
 pub mod engine;

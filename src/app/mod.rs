@@ -127,10 +127,19 @@ impl App {
             );
             Locks::new(Arc::new(redlock))
         };
+        let delivery = crate::delivery::Delivery::start(
+            parts.feed.ledger().clone(),
+            parts.feed.clone(),
+            cfg.delivery.clone(),
+            &supervisor,
+        )
+        .await
+        .context("starting event delivery")?;
         let http_opts = HttpOptions {
             max_admin_body: cfg.max_admin_body,
             locks: Some(locks),
             feed: Some(parts.feed),
+            delivery: Some(delivery),
             fast_claims: !cfg.no_fast_claims,
             ..HttpOptions::default()
         };

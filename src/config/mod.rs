@@ -9,7 +9,10 @@ use clap::{Args, ValueEnum};
 use crate::guard::args::GuardArgs;
 use crate::guard::secret::Secret;
 
+mod delivery;
 mod scale_out;
+
+pub use delivery::DeliveryArgs;
 
 pub use scale_out::{ClaimBatchArgs, PipelineArgs, ScaleOutArgs, WorkerConfig};
 
@@ -106,6 +109,10 @@ pub struct ServeConfig {
     #[command(flatten)]
     pub conn: ConnArgs,
 
+    /// Event delivery: webhooks and NATS.
+    #[command(flatten)]
+    pub delivery: DeliveryArgs,
+
     /// Rate limits, admission gate, shedding, client IP, signed identity.
     #[command(flatten)]
     pub guard: GuardArgs,
@@ -138,6 +145,7 @@ impl ServeConfig {
             lock_redis: Vec::new(),
             no_fast_claims: false,
             conn: ConnArgs::default(),
+            delivery: DeliveryArgs::default(),
             guard: GuardArgs::default(),
             scale: ScaleOutArgs::default(),
             clock: None,

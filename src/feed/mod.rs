@@ -56,6 +56,21 @@ impl Feed {
         })
     }
 
+    /// The position of the newest readable event.
+    pub async fn head(&self) -> anyhow::Result<u64> {
+        Ok(self.ledger.feed_head().await?.numbered)
+    }
+
+    /// The position retention removed events through.
+    pub async fn pruned_through(&self) -> anyhow::Result<u64> {
+        Ok(self.ledger.feed_head().await?.pruned_through)
+    }
+
+    /// The ledger the feed reads.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
     /// Runs the upkeep under `supervisor` (restarted if it fails).
     pub fn spawn_upkeep(self: &Arc<Self>, supervisor: &Arc<Supervisor>) {
         let feed = Arc::downgrade(self);

@@ -31,6 +31,7 @@ mod refusals;
 mod timed;
 mod timed_body;
 mod watchdog;
+mod webhooks;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -89,6 +90,8 @@ pub struct HttpOptions {
     pub locks: Option<crate::lock::Locks>,
     /// The event feed of `/v1/events` (none: 404).
     pub feed: Option<Arc<crate::feed::Feed>>,
+    /// Event delivery, managed through `/v1/webhooks` (none: 404).
+    pub delivery: Option<Arc<crate::delivery::Delivery>>,
     /// Serve the claim route before the router on the public listener (`fast`); off, every
     /// request goes through the router (the tests compare the two).
     pub fast_claims: bool,
@@ -101,6 +104,7 @@ impl Default for HttpOptions {
             max_body: 16 * 1024,
             locks: None,
             feed: None,
+            delivery: None,
             fast_claims: true,
         }
     }
@@ -115,6 +119,8 @@ pub struct AppState {
     pub locks: Option<crate::lock::Locks>,
     /// The event feed of `/v1/events` (none: 404).
     pub feed: Option<Arc<crate::feed::Feed>>,
+    /// Event delivery of `/v1/webhooks` (none: 404).
+    pub delivery: Option<Arc<crate::delivery::Delivery>>,
 }
 
 /// The routes of one instance: everything on `public`, or the admin routes on `admin`; `fast`
@@ -156,6 +162,7 @@ pub fn routers(
         guards,
         locks,
         feed: opts.feed.clone(),
+        delivery: opts.delivery.clone(),
     };
     let timed = || axum::middleware::from_fn_with_state(state.clone(), timed::timed);
     // Claims shed inline (the storm path) and time themselves; the campaign view through the
@@ -192,6 +199,18 @@ pub fn routers(
         )
         .route("/v1/locks/{name}/extend", post(locks::extend))
         .route("/v1/events", get(events::list_events))
+        .route("/v1/webhooks", get(webhooks::list).post(webhooks::create))
+        .route(
+            "/v1/webhooks/{id}",
+            get(webhooks::get).delete(webhooks::delete),
+        )
+        .route("/v1/webhooks/{id}/enable", post(webhooks::enable))
+        .route("/v1/webhooks/{id}/disable", post(webhooks::disable))
+        .route(
+            "/v1/webhooks/{id}/dead-letters",
+            get(webhooks::dead_letters),
+        )
+        .route("/v1/webhooks/{id}/replay", post(webhooks::replay))
         .route("/metrics", get(guarded::metrics))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/dashboard.js", get(dashboard::script))

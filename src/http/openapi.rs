@@ -23,7 +23,7 @@ use utoipa::{Modify, OpenApi};
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
 use super::health::{self, Health, HealthStatus};
 pub use super::rate_limited::{rate_limited_response, RateLimited};
-use super::{claim, events, guarded, locks};
+use super::{claim, events, guarded, locks, webhooks};
 use super::{dashboard, handlers};
 use crate::domain::{
     CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Event, EventPage, EventType, Kind,
@@ -65,6 +65,14 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         locks::extend,
         locks::release,
         events::list_events,
+        webhooks::create,
+        webhooks::list,
+        webhooks::get,
+        webhooks::delete,
+        webhooks::enable,
+        webhooks::disable,
+        webhooks::dead_letters,
+        webhooks::replay,
         guarded::metrics,
         dashboard::page,
         dashboard::script,
@@ -88,6 +96,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         (name = "campaigns", description = "Campaigns: create, view, restock, pause, resume, close, rate limits."),
         (name = "orders", description = "Orders left by won claims."),
         (name = "events", description = "The event feed: every order transition and campaign change, in the ledger's order."),
+        (name = "webhooks", description = "Webhook endpoints the event feed is delivered to, signed in the Standard Webhooks format, with their delivery state and dead letters."),
         (name = "locks", description = "Leases with fencing tokens for the services around a sale."),
         (name = "operations", description = "Health, metrics and this document."),
     ),

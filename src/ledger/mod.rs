@@ -13,6 +13,7 @@ pub mod invariants;
 mod migrations;
 mod postgres;
 pub(crate) mod rows;
+pub mod sinks;
 mod sqlite;
 mod write_fault;
 
@@ -163,7 +164,7 @@ pub trait Recovery: Send {
 }
 
 #[async_trait]
-pub trait Ledger: Send + Sync + 'static {
+pub trait Ledger: sinks::SinkStore + Send + Sync + 'static {
     /// Applies the writes in one transaction: all or nothing.
     async fn apply(&self, writes: &[&LedgerWrite]) -> Result<(), WriteFault>;
 

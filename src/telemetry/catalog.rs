@@ -63,6 +63,11 @@ pub const HOLDS_CONFIRMED: &str = "seckill_holds_confirmed_total";
 pub const HOLDS_EXPIRED: &str = "seckill_holds_expired_total";
 pub const HOLDS_LATENESS_SUM: &str = "seckill_holds_expiry_lateness_sum_seconds";
 pub const HOLDS_LATENESS_MAX: &str = "seckill_holds_expiry_lateness_max_seconds";
+pub const SINK_EVENTS: &str = "seckill_sink_events_total";
+pub const SINK_BACKLOG: &str = "seckill_sink_backlog";
+pub const SINK_ENABLED: &str = "seckill_sink_enabled";
+pub const SINK_HOLDER: &str = "seckill_sink_holder";
+pub const SINK_LAG: &str = "seckill_sink_lag_seconds";
 
 /// Every family seckill itself records (process metrics come from `metrics-process`, see
 /// [`PROCESS`]).
@@ -109,6 +114,12 @@ pub const FAMILIES: &[Family] = &[
       "Time from pay_by to the units being back, summed over expiries, seconds; only grows (holds; scale-out: this instance's)"),
     f(HOLDS_LATENESS_MAX, Gauge, "",
       "Longest time from pay_by to the units being back, seconds (holds; scale-out: this instance's)"),
+    f(SINK_EVENTS, Counter, "sink, outcome",
+      "Events of the feed by sink (webhook endpoint or NATS) and outcome: delivered, failed (an attempt, retried), dead (given up, kept as a dead letter), lost (removed by retention before delivery)"),
+    f(SINK_BACKLOG, Gauge, "sink", "Events in the feed after the sink's cursor, as the instance delivering it last saw"),
+    f(SINK_ENABLED, Gauge, "sink", "1 while the sink is enabled, 0 once disabled (a webhook endpoint that answered 410)"),
+    f(SINK_HOLDER, Gauge, "sink", "1 while this instance holds the sink's lease and delivers it"),
+    f(SINK_LAG, Histogram, "sink", "Time from an event's transition to its receiver taking it (2xx or JetStream's acknowledgement)"),
 ];
 
 /// Process metrics (`metrics-process`): the ones the README and the alert rules rely on.

@@ -20,6 +20,7 @@ pub(crate) mod liveness;
 pub(crate) mod ops;
 pub(crate) mod pipeline;
 pub(crate) mod recovery;
+mod sinks;
 mod writes;
 
 use std::time::Duration;

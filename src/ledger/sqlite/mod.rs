@@ -16,6 +16,7 @@ pub(crate) mod live;
 pub(crate) mod locks;
 pub(crate) mod recovery;
 mod shaped;
+mod sinks;
 pub(crate) mod writer;
 pub(crate) mod writes;
 

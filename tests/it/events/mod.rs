@@ -4,6 +4,9 @@
 //! concurrent writers that commit out of order never make a follower skip an event.
 
 mod concurrent;
+mod nats;
+pub(crate) mod receiver;
+pub(crate) mod webhooks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

@@ -42,6 +42,7 @@ mod stale_snapshot;
 mod stream_rebuild;
 mod supervised;
 mod two_instances;
+mod webhook_takeover;
 mod worker_crash;
 
 use std::collections::{HashMap, HashSet};
