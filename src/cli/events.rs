@@ -17,6 +17,9 @@ use crate::guard::secret::Secret;
 pub enum EventsCommand {
     /// Print the feed from a cursor as JSON lines and follow it.
     Tail(TailOpts),
+    /// A webhook receiver that verifies signatures and measures delivery lag (to try an
+    /// endpoint, or as a benchmark's receiver).
+    Receive(super::receive::ReceiveOpts),
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +47,7 @@ pub struct TailOpts {
 pub async fn run(cmd: EventsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         EventsCommand::Tail(opts) => tail(opts).await,
+        EventsCommand::Receive(opts) => super::receive::run(opts).await,
     }
 }
 

@@ -8,6 +8,7 @@ mod events;
 pub mod lock;
 mod lock_bench;
 mod lock_target;
+mod receive;
 mod serve;
 mod sign_user;
 

@@ -123,11 +123,37 @@ pub async fn data(_: Admin, State(app): State<AppState>) -> Json<Value> {
         }
     }
     let lag = app.backend.pipeline_lag().await;
+    let sinks = match &app.delivery {
+        Some(d) => sinks(d).await,
+        None => Vec::new(),
+    };
     Json(json!({
         "now_ms": crate::domain::now().timestamp_millis(),
         "campaigns": campaigns,
         "campaigns_not_shown": ids.len().saturating_sub(MAX_CAMPAIGNS),
         "pipeline_lag": lag,
         "samples": samples,
+        "sinks": sinks,
     }))
+}
+
+/// Where events go and how far each sink got (the ledger's rows, the same on every instance).
+async fn sinks(d: &crate::delivery::Delivery) -> Vec<Value> {
+    let (Ok(rows), Ok(head)) = (d.ledger().sinks().await, d.feed().head().await) else {
+        return Vec::new();
+    };
+    let now = crate::clock::now().timestamp_micros();
+    rows.into_iter()
+        .map(|r| {
+            let kind = r.kind.clone();
+            let subject = r.subject.clone();
+            let mut v = serde_json::to_value(crate::delivery::view::Endpoint::of(r, head, now))
+                .unwrap_or_default();
+            v["kind"] = json!(kind);
+            if let Some(s) = subject {
+                v["url"] = json!(format!("{} ({s}.>)", v["url"].as_str().unwrap_or_default()));
+            }
+            v
+        })
+        .collect()
 }

@@ -143,6 +143,27 @@
     $("more").hidden = !cur.campaigns_not_shown;
     $("more").textContent = `${cur.campaigns_not_shown} more campaigns not shown`;
 
+    const sinks = cur.sinks || [];
+    $("sinks-section").hidden = sinks.length === 0;
+    const sb = document.querySelector("#sinks tbody");
+    const sinkIds = new Set();
+    for (const k of sinks) {
+      sinkIds.add(k.id);
+      row(sb, k.id, [
+        ["id", k.id],
+        ["kind", k.kind],
+        ["target", k.url],
+        ["status", k.state + (k.failing_since ? " (failing)" : "")],
+        ["total", fmtInt(k.backlog)],
+        ["total", fmtInt(k.delivered)],
+        ["total", fmtInt(k.failed_attempts)],
+        ["total", fmtInt(k.dead_letters)],
+        ["error", k.last_error || ""],
+        ["owner", k.delivered_by || "–"],
+      ]);
+    }
+    for (const tr of [...sb.children]) if (!sinkIds.has(tr.dataset.id)) tr.remove();
+
     const outcomes = new Set();
     for (const s of cur.samples) if (s.name === "seckill_claims_total") outcomes.add(s.labels.outcome);
     const ob = document.querySelector("#outcomes tbody");

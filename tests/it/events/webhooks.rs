@@ -176,6 +176,16 @@ async fn every_event_reaches_each_endpoint_signed_as_the_standard_says() {
         metrics.contains("seckill_sink_events_total{sink=\""),
         "{metrics}"
     );
+    let (s, data) = app.admin(Method::GET, "/dashboard/data", None).await;
+    assert_eq!(s, 200);
+    let shown = data["sinks"].as_array().unwrap();
+    assert_eq!(shown.len(), 2, "the dashboard shows both endpoints: {data}");
+    assert!(
+        shown
+            .iter()
+            .all(|k| k["kind"] == "webhook" && k["backlog"] == 0),
+        "{data}"
+    );
     app.stop().await;
 }
 
