@@ -3,10 +3,13 @@
 //! acknowledged it. A batch published again after a crash or a lost lease is dropped by the
 //! stream's de-duplication window (two minutes by default) instead of stored twice.
 //!
-//! A new holder of the sink starts after the last event the stream acknowledged, read from
-//! the stream's last message (its `Seckill-Cursor` header), when that is further than the
-//! ledger's cursor: a publisher that died between JetStream's acknowledgement and recording
-//! it does not publish again what the stream holds, even after the window closed.
+//! Each message also expects the one before it as the stream's last
+//! (`Nats-Expected-Last-Msg-Id`), so JetStream refuses a message published out of its place:
+//! the stream holds the feed in order, with no gap and no repeat. A new holder, and a publisher
+//! after a failure, first reads the stream's last message: when it is one of this sink's
+//! (`Seckill-Sink`, the sink's id and creation) its `Seckill-Cursor` says where to go on, so
+//! what the stream holds is never published again, even after the de-duplication window. The
+//! stream is seckill's own: another publisher's messages in it make those checks refuse.
 //!
 //! JetStream is part of the shop's own infrastructure, so the sink never gives up on an
 //! event: while NATS is down, the backlog grows and publishing resumes when it is back.
@@ -17,14 +20,17 @@ use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-use super::runner::{Ctx, Outcome};
+use super::runner::Ctx;
+use super::webhook::{Batch, Fate};
 use crate::domain::Event;
 use crate::ledger::sinks::SinkRow;
 
 /// The header holding an event's feed position.
 pub const CURSOR_HEADER: &str = "Seckill-Cursor";
-/// The header holding the sink's id.
+/// The header holding the sink's id and creation (`id@created_at`).
 pub const SINK_HEADER: &str = "Seckill-Sink";
+/// JetStream's optimistic check: the stream's last message must have this id.
+const EXPECTED_LAST_ID: &str = "Nats-Expected-Last-Msg-Id";
 
 /// Checks a subject prefix: NATS tokens separated by dots, no wildcards or spaces.
 pub fn check_subject(prefix: &str) -> Result<(), String> {
@@ -45,7 +51,12 @@ pub struct Nats {
     url: String,
     prefix: String,
     stream: String,
-    sink: String,
+    /// This sink's row in this ledger (`id@created_at`): a stream's message written by a sink
+    /// of the same id in another ledger (a fresh data directory, another deployment) is not
+    /// one of its own.
+    incarnation: String,
+    /// The `Nats-Msg-Id` of the stream's last message: the next publish expects it.
+    last_id: Option<String>,
     js: Option<(jetstream::Context, stream::Stream)>,
 }
 
@@ -55,7 +66,8 @@ impl Nats {
             url: sink.target.clone(),
             prefix: sink.subject.clone().unwrap_or_else(|| "seckill".to_owned()),
             stream: stream.to_owned(),
-            sink: sink.id.clone(),
+            incarnation: format!("{}@{}", sink.id, sink.created_at),
+            last_id: None,
             js: None,
         }
     }
@@ -64,7 +76,6 @@ impl Nats {
         if self.js.is_none() {
             let client = async_nats::ConnectOptions::new()
                 .connection_timeout(Duration::from_secs(5))
-                .retry_on_initial_connect()
                 .connect(&self.url)
                 .await?;
             let js = jetstream::new(client);
@@ -82,56 +93,98 @@ impl Nats {
         Ok(self.js.as_mut().expect("just connected"))
     }
 
-    /// The position of the last event of this sink the stream holds, if any.
-    pub async fn resume(&mut self, ctx: &Ctx<'_>) -> anyhow::Result<Option<u64>> {
+    /// Reads the stream's last message (retrying until NATS answers): the position of this
+    /// sink's last acknowledged event when that message is one of its own and within the
+    /// feed (`head`).
+    pub async fn resume(&mut self, head: u64, ctx: &Ctx<'_>) -> anyhow::Result<Option<u64>> {
+        let mut attempts = 0;
         loop {
-            match self.last_acked().await {
+            match self.last_acked(head).await {
                 Ok(at) => return Ok(at),
                 Err(e) => {
+                    attempts += 1;
                     self.js = None;
                     ctx.failed(&format!("reading the stream's last message: {e:#}"))
                         .await;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(super::backoff::after(attempts, Duration::from_secs(10)))
+                        .await;
                 }
             }
         }
     }
 
-    async fn last_acked(&mut self) -> anyhow::Result<Option<u64>> {
-        let sink = self.sink.clone();
+    async fn last_acked(&mut self, head: u64) -> anyhow::Result<Option<u64>> {
+        let incarnation = self.incarnation.clone();
         let (_, stream) = self.connect().await?;
         let last = stream.info().await?.state.last_sequence;
         if last == 0 {
+            self.last_id = None;
             return Ok(None);
         }
-        let msg = match stream.get_raw_message(last).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "the stream's last message could not be read");
-                return Ok(None);
-            }
-        };
-        let ours = msg.headers.get(SINK_HEADER).map(|v| v.as_str()) == Some(sink.as_str());
-        Ok(ours
+        let msg = stream.get_raw_message(last).await?;
+        self.last_id = msg
+            .headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .map(|v| v.as_str().to_owned());
+        let ours = msg.headers.get(SINK_HEADER).map(|v| v.as_str()) == Some(incarnation.as_str());
+        let at: Option<u64> = ours
             .then(|| msg.headers.get(CURSOR_HEADER)?.as_str().parse().ok())
-            .flatten())
+            .flatten();
+        match at {
+            Some(at) if at > head => {
+                tracing::error!(at, head, "the stream's last message is past this feed's newest event (a ledger restored from an older backup?); publishing after it without skipping");
+                Ok(None)
+            }
+            other => Ok(other),
+        }
     }
 
-    /// Publishes a batch until JetStream acknowledged all of it.
-    pub async fn deliver(&mut self, events: &[Event], ctx: &Ctx<'_>) -> Vec<Outcome> {
+    /// Publishes a batch until JetStream acknowledged all of it. Each message expects the one
+    /// before it as the stream's last (`Nats-Expected-Last-Msg-Id`), so the stream takes the
+    /// batch in order with no gap: after a failure the stream's last message says how far it
+    /// got, and publishing goes on after it — never twice, however long NATS was away.
+    pub async fn deliver(&mut self, events: &[Event], ctx: &Ctx<'_>) -> Batch {
         let mut attempts = 0u32;
+        let mut from = 0;
+        let first: u64 = events
+            .first()
+            .and_then(|e| e.cursor.parse().ok())
+            .unwrap_or(0);
+        let last: u64 = events
+            .last()
+            .and_then(|e| e.cursor.parse().ok())
+            .unwrap_or(0);
         loop {
-            attempts += 1;
-            match self.publish(events).await {
+            match self.publish(&events[from..]).await {
                 Ok(()) => {
                     let at = crate::clock::now().timestamp_micros();
-                    return events.iter().map(|_| Outcome::Delivered(at)).collect();
+                    return Batch::Delivered(events.iter().map(|_| Fate::Taken(at)).collect());
                 }
                 Err(e) => {
+                    attempts += 1;
                     self.js = None;
                     ctx.failed(&format!("{e:#}")).await;
                     let wait = super::backoff::after(attempts, Duration::from_secs(10));
                     tokio::time::sleep(wait).await;
+                    match self.last_acked(last).await {
+                        Ok(Some(at)) if at >= first => {
+                            from = events
+                                .iter()
+                                .take_while(|e| e.cursor.parse::<u64>().is_ok_and(|c| c <= at))
+                                .count();
+                            if from == events.len() {
+                                let at = crate::clock::now().timestamp_micros();
+                                return Batch::Delivered(
+                                    events.iter().map(|_| Fate::Taken(at)).collect(),
+                                );
+                            }
+                        }
+                        Ok(_) => from = 0,
+                        Err(e) => {
+                            self.js = None;
+                            tracing::warn!(error = %format!("{e:#}"), "reading the stream's last message failed");
+                        }
+                    }
                 }
             }
         }
@@ -139,23 +192,29 @@ impl Nats {
 
     async fn publish(&mut self, events: &[Event]) -> anyhow::Result<()> {
         let prefix = self.prefix.clone();
-        let sink = self.sink.clone();
+        let incarnation = self.incarnation.clone();
+        let mut expect = self.last_id.clone();
         let (js, _) = self.connect().await?;
         let mut acks = Vec::with_capacity(events.len());
         for e in events {
             let mut headers = HeaderMap::new();
             headers.insert(async_nats::header::NATS_MESSAGE_ID, e.id.as_str());
+            if let Some(prev) = &expect {
+                headers.insert(EXPECTED_LAST_ID, prev.as_str());
+            }
             headers.insert(CURSOR_HEADER, e.cursor.as_str());
-            headers.insert(SINK_HEADER, sink.as_str());
+            headers.insert(SINK_HEADER, incarnation.as_str());
             let body = Bytes::from(serde_json::to_vec(e)?);
             let subject = format!("{prefix}.{}", e.kind.as_str());
             acks.push(js.publish_with_headers(subject, headers, body).await?);
+            expect = Some(e.id.clone());
         }
         for ack in acks {
             tokio::time::timeout(Duration::from_secs(10), ack)
                 .await
                 .map_err(|_| anyhow::anyhow!("JetStream did not acknowledge in 10 s"))??;
         }
+        self.last_id = expect;
         Ok(())
     }
 }

@@ -11,17 +11,9 @@ use tokio::time::Instant;
 
 use super::{nats, webhook, Delivery, BATCH, LEASE, RENEW};
 use crate::domain::{Error, Event, EventFilter};
-use crate::ledger::sinks::{DeadLetter, Progress, SinkKind, SinkRow};
+use crate::ledger::sinks::{Progress, SinkKind, SinkRow};
 use crate::telemetry::catalog;
-
-/// How an event of a batch ended.
-#[derive(Debug)]
-pub enum Outcome {
-    /// A receiver took it, at these micros.
-    Delivered(i64),
-    /// Retried for the whole `--webhook-max-age` and set aside.
-    Dead(DeadLetter),
-}
+use webhook::{Batch, Fate};
 
 /// Why a sink stops being delivered.
 #[derive(Debug)]
@@ -75,12 +67,8 @@ enum Exit {
 
 /// Delivers `sink` until it is removed or disabled.
 pub(super) async fn run(d: Arc<Delivery>, sink: SinkRow) {
-    let mut target = match sink.kind() {
-        SinkKind::Webhook => Target::Webhook(webhook::Webhook::new(&sink)),
-        SinkKind::Nats => Target::Nats(Box::new(nats::Nats::new(&sink, &d.cfg.nats_stream))),
-    };
     loop {
-        match run_leased(&d, &sink, &mut target).await {
+        match run_leased(&d, &sink.id).await {
             Ok(Exit::Stop) => return,
             Ok(Exit::Lost) => {
                 tracing::info!(sink = %sink.id, "no longer delivering this sink: its lease was lost");
@@ -99,12 +87,7 @@ enum Target {
     Nats(Box<nats::Nats>),
 }
 
-async fn run_leased(
-    d: &Arc<Delivery>,
-    sink: &SinkRow,
-    target: &mut Target,
-) -> anyhow::Result<Exit> {
-    let id = sink.id.as_str();
+async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
     let (fence, mut cursor) = loop {
         let now = crate::clock::now().timestamp_micros();
         if let Some(held) = d.ledger.lease(id, &d.owner, now, LEASE).await? {
@@ -115,12 +98,21 @@ async fn run_leased(
             _ => return Ok(Exit::Stop),
         }
     };
+    // The row as it is now: a secret or URL changed since this task started applies.
+    let Some(sink) = d.ledger.sink(id).await? else {
+        return Ok(Exit::Stop);
+    };
+    let mut target = match sink.kind() {
+        SinkKind::Webhook => Target::Webhook(webhook::Webhook::new(&sink)),
+        SinkKind::Nats => Target::Nats(Box::new(nats::Nats::new(&sink, &d.cfg.nats_stream))),
+    };
+    let target = &mut target;
     tracing::info!(sink = id, fence, cursor, "delivering this sink");
     let labels = [("sink", id.to_owned())];
     metrics::gauge!(catalog::SINK_HOLDER, &labels).set(1.0);
     metrics::gauge!(catalog::SINK_ENABLED, &labels).set(1.0);
     let (lost_tx, lost) = watch::channel(false);
-    let keeper = KeepLease(tokio::spawn(keep_lease(
+    let _keeper = KeepLease(tokio::spawn(keep_lease(
         d.clone(),
         id.to_owned(),
         fence,
@@ -132,7 +124,8 @@ async fn run_leased(
         fence,
     };
     if let Target::Nats(n) = target {
-        if let Some(acked) = n.resume(&ctx).await? {
+        let head = d.feed.head().await?;
+        if let Some(acked) = n.resume(head, &ctx).await? {
             if acked > cursor {
                 tracing::info!(
                     sink = id,
@@ -151,16 +144,22 @@ async fn run_leased(
             }
         }
     }
-    let mut next_replay = Instant::now();
+    let mut lanes: webhook::Lanes = d.ledger.parked_lanes(id).await?.into_iter().collect();
+    let mut down: u32 = 0;
     loop {
         if *lost.borrow() {
-            drop(keeper);
             return Ok(Exit::Lost);
         }
         if let Target::Webhook(w) = target {
-            if Instant::now() >= next_replay {
-                next_replay = Instant::now() + Duration::from_secs(2);
-                w.replay(&ctx, cursor).await?;
+            let mut lost_wait = lost.clone();
+            let retried = tokio::select! {
+                r = w.retry_due(&mut lanes, &ctx) => r?,
+                _ = lost_wait.wait_for(|l| *l) => return Ok(Exit::Lost),
+            };
+            match retried {
+                Ok(true) => {}
+                Ok(false) => return Ok(Exit::Lost),
+                Err(Halt::Gone(reason)) => return disable(d, id, &reason).await,
             }
         }
         let filter = EventFilter {
@@ -168,7 +167,7 @@ async fn run_leased(
             limit: BATCH,
             campaign: None,
             kind: None,
-            wait_ms: 1000,
+            wait_ms: if down > 0 { 0 } else { 1000 },
         };
         let events = match d.feed.page(&filter).await {
             Ok(page) => page.events,
@@ -201,38 +200,54 @@ async fn run_leased(
         };
         let next: u64 = last.cursor.parse()?;
         let mut lost_wait = lost.clone();
-        let outcomes = tokio::select! {
-            o = deliver(target, &events, &ctx) => o?,
+        let sent = tokio::select! {
+            o = deliver(target, &events, &mut lanes, &ctx) => o,
             _ = lost_wait.wait_for(|l| *l) => return Ok(Exit::Lost),
         };
-        let outcomes = match outcomes {
-            Ok(o) => o,
-            Err(Halt::Gone(reason)) => {
-                tracing::warn!(sink = id, reason, "the endpoint is gone: disabled");
-                d.ledger.set_enabled(id, false, Some(&reason)).await?;
-                metrics::gauge!(catalog::SINK_ENABLED, &labels).set(0.0);
-                return Ok(Exit::Stop);
+        let fates = match sent {
+            Ok(Batch::Delivered(fates)) => fates,
+            Ok(Batch::Down(error)) => {
+                down += 1;
+                let row = d.ledger.sink(id).await?;
+                let since = row.as_ref().and_then(|r| r.failing_since);
+                let max_age = d.cfg.webhook_max_age.as_micros() as i64;
+                if since.is_some_and(|s| crate::clock::now().timestamp_micros() - s >= max_age) {
+                    let reason = format!(
+                        "every delivery failed for --webhook-max-age ({:?}); last error: {error}",
+                        d.cfg.webhook_max_age
+                    );
+                    return disable(d, id, &reason).await;
+                }
+                let wait = super::backoff::after(down, d.cfg.webhook_max_backoff);
+                let mut lost_wait = lost.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = lost_wait.wait_for(|l| *l) => return Ok(Exit::Lost),
+                }
+                continue;
             }
+            Err(Halt::Gone(reason)) => return disable(d, id, &reason).await,
         };
+        down = 0;
         let mut p = Progress {
             cursor: next,
             ..Progress::default()
         };
-        for (event, outcome) in events.iter().zip(outcomes) {
-            match outcome {
-                Outcome::Delivered(at) => {
+        for (event, fate) in events.iter().zip(fates) {
+            match fate {
+                Fate::Taken(at) => {
                     p.delivered += 1;
                     p.delivered_at = Some(p.delivered_at.unwrap_or(at).max(at));
                     let lag = (at - event.at.timestamp_micros()).max(0) as f64 / 1e6;
                     metrics::histogram!(catalog::SINK_LAG, &labels).record(lag);
                 }
-                Outcome::Dead(dead) => p.dead.push(dead),
+                Fate::Parked(parked) => p.parked.push(parked),
             }
         }
         metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "delivered")
             .increment(p.delivered);
-        metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "dead")
-            .increment(p.dead.len() as u64);
+        metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "parked")
+            .increment(p.parked.len() as u64);
         if !d.ledger.advance(id, fence, &p).await? {
             return Ok(Exit::Lost);
         }
@@ -243,14 +258,24 @@ async fn run_leased(
     }
 }
 
+/// Disables a sink that is gone (410) or failed for too long, and gives its lease up.
+async fn disable(d: &Arc<Delivery>, id: &str, reason: &str) -> anyhow::Result<Exit> {
+    tracing::warn!(sink = id, reason, "event sink disabled");
+    d.ledger.set_enabled(id, false, Some(reason)).await?;
+    d.ledger.release(id, &d.owner).await?;
+    metrics::gauge!(catalog::SINK_ENABLED, "sink" => id.to_owned()).set(0.0);
+    Ok(Exit::Stop)
+}
+
 async fn deliver(
     target: &mut Target,
     events: &[Event],
+    lanes: &mut webhook::Lanes,
     ctx: &Ctx<'_>,
-) -> anyhow::Result<Result<Vec<Outcome>, Halt>> {
+) -> Result<Batch, Halt> {
     match target {
-        Target::Webhook(w) => Ok(w.deliver(events, ctx).await),
-        Target::Nats(n) => Ok(Ok(n.deliver(events, ctx).await)),
+        Target::Webhook(w) => w.deliver(events, lanes, ctx).await,
+        Target::Nats(n) => Ok(n.deliver(events, ctx).await),
     }
 }
 
@@ -264,22 +289,25 @@ impl Drop for KeepLease {
 }
 
 /// Renews the lease every [`RENEW`]; says it is lost when another owner holds it, the sink
-/// was disabled or removed, or no renewal got through for nearly a whole [`LEASE`] (another
-/// instance may take it over from then on).
+/// was disabled or removed, or the last renewal that got through was issued so long ago that
+/// the lease may lapse within a [`RENEW`] (another instance may take it over from then on). A
+/// renewal that hangs counts as failed after a [`RENEW`].
 async fn keep_lease(d: Arc<Delivery>, id: String, fence: i64, lost: watch::Sender<bool>) {
-    let mut renewed = Instant::now();
+    let mut held_until = Instant::now() + LEASE;
     loop {
         tokio::time::sleep(RENEW).await;
+        let issued = Instant::now();
         let now = crate::clock::now().timestamp_micros();
-        match d.ledger.lease(&id, &d.owner, now, LEASE).await {
-            Ok(Some((f, _))) if f == fence => renewed = Instant::now(),
-            Ok(_) => break,
-            Err(e) => {
+        match tokio::time::timeout(RENEW, d.ledger.lease(&id, &d.owner, now, LEASE)).await {
+            Ok(Ok(Some((f, _)))) if f == fence => held_until = issued + LEASE,
+            Ok(Ok(_)) => break,
+            Ok(Err(e)) => {
                 tracing::warn!(sink = %id, error = %format!("{e:#}"), "renewing a sink's lease failed");
-                if renewed.elapsed() + RENEW >= LEASE {
-                    break;
-                }
             }
+            Err(_) => tracing::warn!(sink = %id, "renewing a sink's lease took too long"),
+        }
+        if Instant::now() + RENEW >= held_until {
+            break;
         }
     }
     let _ = lost.send(true);

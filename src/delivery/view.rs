@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::Error;
-use crate::ledger::sinks::{DeadLetter, SinkRow};
+use crate::ledger::sinks::{Parked, SinkRow};
 
 /// `POST /v1/webhooks`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -63,8 +63,12 @@ pub struct Endpoint {
     pub last_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub last_delivered_at: Option<DateTime<Utc>>,
-    /// Events given up on after `--webhook-max-age` of retries (`GET …/dead-letters`).
+    /// Events given up on after `--webhook-max-age` of retries, and the later events of their
+    /// orders (`GET …/dead-letters`).
     pub dead_letters: u64,
+    /// Events parked for a retry: one an endpoint refused while it took others, and the later
+    /// events of its order waiting behind it.
+    pub retrying: u64,
     /// Events retention removed before they were delivered.
     pub lost: u64,
     /// The instance delivering it (its lease), if any.
@@ -97,6 +101,7 @@ impl Endpoint {
             failing_since: row.failing_since.map(time),
             last_delivered_at: row.last_delivered_at.map(time),
             dead_letters: row.dead_letters as u64,
+            retrying: row.retrying as u64,
             lost: row.lost as u64,
             delivered_by: row.lease_owner.filter(|_| held),
             created_at: time(row.created_at),
@@ -122,23 +127,25 @@ pub struct EndpointList {
 pub struct DeadLetterView {
     pub event_id: String,
     pub cursor: String,
+    /// Attempts made (0 for an event that died behind an earlier one of its order).
     pub attempts: u64,
     pub last_error: String,
+    /// When its last attempt was made or due.
     pub dead_at: DateTime<Utc>,
     /// The event exactly as it was sent.
     #[schema(value_type = Object)]
     pub event: serde_json::Value,
 }
 
-impl From<DeadLetter> for DeadLetterView {
-    fn from(d: DeadLetter) -> Self {
+impl From<Parked> for DeadLetterView {
+    fn from(d: Parked) -> Self {
         DeadLetterView {
             event: serde_json::from_str(&d.body).unwrap_or(serde_json::Value::String(d.body)),
             event_id: d.event_id,
             cursor: d.pos.to_string(),
             attempts: d.attempts as u64,
             last_error: d.last_error,
-            dead_at: time(d.dead_at),
+            dead_at: time(d.next_attempt_at),
         }
     }
 }

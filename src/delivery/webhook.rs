@@ -1,23 +1,28 @@
 //! Webhook endpoints: each event POSTed as JSON, signed in the Standard Webhooks format
 //! ([`super::sign`]). A 2xx answer ends an event's delivery; 410 Gone disables the endpoint;
-//! anything else (another status, a refused connection, a timeout) is retried with
-//! the backoff of `delivery::backoff` for up to `--webhook-max-age`, then set aside as a dead letter.
+//! anything else (another status, a refused connection, a timeout) is a refusal.
 //!
-//! Events of one order go one after the other, each only after the previous one was taken,
-//! so a receiver sees an order's transitions in their order; events of different orders go
-//! side by side, up to `--webhook-concurrency` at once. An event a receiver keeps refusing
-//! holds back only its own order's later events, until it is taken or dead.
+//! Events of one order (a lane) go one after the other, each only after the previous one was
+//! taken, so a receiver sees an order's transitions in their order; lanes go side by side, up
+//! to `--webhook-concurrency` at once. When a batch's every attempt is refused, the endpoint
+//! is down: nothing moves and the batch is sent again after a backoff. When the receiver takes
+//! some events and refuses one, the refused event is **parked** in the ledger with the rest of
+//! its lane behind it, and the cursor moves on: one poison event holds back its own order
+//! only. A parked lane's first event is retried with the backoff of `delivery::backoff`, its
+//! clock kept in the ledger (a takeover does not restart it), for up to `--webhook-max-age`;
+//! then the lane's parked events become dead letters, in order, and so does every later event
+//! of that order until a replay sends them.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::time::Instant;
 
-use super::runner::{Ctx, Halt, Outcome};
+use super::backoff;
+use super::runner::{Ctx, Halt};
 use super::sign::Key;
 use crate::domain::Event;
-use crate::ledger::sinks::{DeadLetter, Progress, SinkRow};
+use crate::ledger::sinks::{Parked, Retried, SinkRow};
+use crate::telemetry::catalog;
 
 /// Checks a webhook URL: absolute `http` or `https` with a host.
 pub fn check_url(url: &str) -> Result<(), String> {
@@ -47,6 +52,34 @@ enum Attempt {
     Failed(String),
 }
 
+/// How a batch ended.
+pub enum Batch {
+    /// The receiver took events of the batch: each event taken (at these micros) or parked.
+    Delivered(Vec<Fate>),
+    /// Every attempt failed: the endpoint is down; nothing parked, the batch is sent again.
+    Down(String),
+}
+
+/// An event of a delivered batch.
+pub enum Fate {
+    Taken(i64),
+    Parked(Parked),
+}
+
+/// The lanes (orders) with parked events: `true` when one of them is dead.
+pub type Lanes = HashMap<String, bool>;
+
+fn lane_of(e: &Event) -> &str {
+    match &e.order {
+        Some(o) => o.order_id.as_str(),
+        None => e.campaign_id.as_str(),
+    }
+}
+
+fn now() -> i64 {
+    crate::clock::now().timestamp_micros()
+}
+
 impl Webhook {
     pub fn new(sink: &SinkRow) -> Webhook {
         Webhook {
@@ -55,80 +88,194 @@ impl Webhook {
         }
     }
 
-    /// Delivers a batch: the outcome of each event, in the batch's order.
-    pub async fn deliver(&self, events: &[Event], ctx: &Ctx<'_>) -> Result<Vec<Outcome>, Halt> {
-        // Events of one order (of one campaign, for campaign events) in a lane, in order.
-        let mut lanes: Vec<Vec<usize>> = Vec::new();
-        let mut lane_of: HashMap<&str, usize> = HashMap::new();
+    /// Sends a batch, one attempt per event: an order's events one after the other, stopping
+    /// at its first refused event, which is parked with the ones behind it; orders side by
+    /// side. An order with parked events already has this batch's events parked behind them.
+    pub async fn deliver(
+        &self,
+        events: &[Event],
+        lanes: &mut Lanes,
+        ctx: &Ctx<'_>,
+    ) -> Result<Batch, Halt> {
+        let mut order: Vec<Vec<usize>> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, e) in events.iter().enumerate() {
-            let key = match &e.order {
-                Some(o) => o.order_id.as_str(),
-                None => e.campaign_id.as_str(),
-            };
-            let lane = *lane_of.entry(key).or_insert_with(|| {
-                lanes.push(Vec::new());
-                lanes.len() - 1
+            let at = *index.entry(lane_of(e)).or_insert_with(|| {
+                order.push(Vec::new());
+                order.len() - 1
             });
-            lanes[lane].push(i);
+            order[at].push(i);
         }
         let bodies: Vec<String> = events
             .iter()
             .map(|e| serde_json::to_string(e).expect("an event serialises"))
             .collect();
-        let mut outcomes: Vec<Option<Outcome>> = events.iter().map(|_| None).collect();
+        let park = |i: usize, state: &str, attempts: i64, error: &str| {
+            let e = &events[i];
+            let t = now();
+            let next = match attempts {
+                0 => t,
+                n => t + backoff::after(n as u32, ctx.cfg().webhook_max_backoff).as_micros() as i64,
+            };
+            Parked {
+                pos: e.cursor.parse().unwrap_or_default(),
+                event_id: e.id.clone(),
+                lane: lane_of(e).to_owned(),
+                body: bodies[i].clone(),
+                state: state.to_owned(),
+                attempts,
+                first_attempt_at: t,
+                next_attempt_at: next,
+                last_error: error.to_owned(),
+            }
+        };
+        let mut fates: Vec<Option<Fate>> = events.iter().map(|_| None).collect();
+        let mut runs = Vec::new();
+        for lane in order {
+            let name = lane_of(&events[lane[0]]);
+            match lanes.get(name) {
+                Some(&dead) => {
+                    let state = if dead { "dead" } else { "retrying" };
+                    for i in lane {
+                        fates[i] = Some(Fate::Parked(park(i, state, 0, BEHIND)));
+                    }
+                }
+                None => runs.push(lane),
+            }
+        }
+        let (mut taken, mut failed) = (0usize, None::<String>);
         let concurrency = ctx.cfg().webhook_concurrency as usize;
-        let mut runs = futures::stream::iter(lanes.into_iter().map(|lane| {
+        let mut sent = futures::stream::iter(runs.into_iter().map(|lane| {
             let bodies = &bodies;
             async move {
                 let mut done = Vec::with_capacity(lane.len());
-                for i in lane {
-                    done.push((i, self.deliver_one(&events[i], &bodies[i], ctx).await?));
+                let mut refused = None;
+                for &i in &lane {
+                    if refused.is_some() {
+                        done.push((i, None));
+                        continue;
+                    }
+                    match self.attempt(&events[i].id, &bodies[i], ctx).await {
+                        Attempt::Taken => done.push((i, Some(Ok(now())))),
+                        Attempt::Gone => return Err(gone(&self.url)),
+                        Attempt::Failed(error) => {
+                            ctx.failed(&error).await;
+                            refused = Some(error.clone());
+                            done.push((i, Some(Err(error))));
+                        }
+                    }
                 }
                 Ok::<_, Halt>(done)
             }
         }))
         .buffer_unordered(concurrency);
-        while let Some(lane) = runs.next().await {
-            for (i, o) in lane? {
-                outcomes[i] = Some(o);
+        let mut results = Vec::new();
+        while let Some(lane) = sent.next().await {
+            results.push(lane?);
+        }
+        drop(sent);
+        for lane in results {
+            for (i, r) in lane {
+                fates[i] = Some(match r {
+                    Some(Ok(at)) => {
+                        taken += 1;
+                        Fate::Taken(at)
+                    }
+                    Some(Err(error)) => {
+                        let p = park(i, "retrying", 1, &error);
+                        failed = Some(error);
+                        Fate::Parked(p)
+                    }
+                    None => Fate::Parked(park(i, "retrying", 0, BEHIND)),
+                });
             }
         }
-        Ok(outcomes
+        if taken == 0 {
+            if let Some(error) = failed {
+                return Ok(Batch::Down(error));
+            }
+        }
+        let fates: Vec<Fate> = fates
             .into_iter()
-            .map(|o| o.expect("every lane ran"))
-            .collect())
+            .map(|f| f.expect("every event has its fate"))
+            .collect();
+        for f in &fates {
+            if let Fate::Parked(p) = f {
+                lanes.entry(p.lane.clone()).or_insert(p.state == "dead");
+            }
+        }
+        Ok(Batch::Delivered(fates))
     }
 
-    /// One event, retried until taken, gone or too old.
-    async fn deliver_one(&self, event: &Event, body: &str, ctx: &Ctx<'_>) -> Result<Outcome, Halt> {
-        let started = Instant::now();
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            match self.attempt(&event.id, body, ctx).await {
+    /// Sends the first parked event of each order whose retry is due, once: taken, it is
+    /// removed and the order's next parked event is due at once; refused, it waits its next
+    /// backoff, or, retried for `--webhook-max-age`, its order's parked events become dead
+    /// letters. `false` when the lease was lost meanwhile.
+    pub async fn retry_due(
+        &self,
+        lanes: &mut Lanes,
+        ctx: &Ctx<'_>,
+    ) -> anyhow::Result<Result<bool, Halt>> {
+        let store = &ctx.delivery.ledger;
+        let due = store.due(ctx.sink, now(), 64).await?;
+        if due.is_empty() {
+            return Ok(Ok(true));
+        }
+        let concurrency = ctx.cfg().webhook_concurrency as usize;
+        let outcomes: Vec<(Parked, Attempt)> =
+            futures::stream::iter(due.into_iter().map(|p| async move {
+                let a = self.attempt(&p.event_id, &p.body, ctx).await;
+                (p, a)
+            }))
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        let mut any_taken = false;
+        for (p, a) in outcomes {
+            let t = now();
+            let r = match a {
+                Attempt::Gone => return Ok(Err(gone(&self.url))),
                 Attempt::Taken => {
-                    return Ok(Outcome::Delivered(crate::clock::now().timestamp_micros()))
+                    any_taken = true;
+                    metrics::counter!(catalog::SINK_EVENTS, "sink" => ctx.sink.to_owned(), "outcome" => "delivered").increment(1);
+                    Retried::Taken {
+                        pos: p.pos,
+                        lane: p.lane.clone(),
+                        at: t,
+                    }
                 }
-                Attempt::Gone => return Err(gone(&self.url)),
                 Attempt::Failed(error) => {
                     ctx.failed(&error).await;
-                    if started.elapsed() >= ctx.cfg().webhook_max_age {
-                        tracing::warn!(sink = ctx.sink, event = %event.id, attempts, error, "giving up on an event: kept as a dead letter");
-                        return Ok(Outcome::Dead(DeadLetter {
-                            pos: event.cursor.parse().unwrap_or_default(),
-                            event_id: event.id.clone(),
-                            body: body.to_owned(),
-                            attempts: attempts as i64,
-                            last_error: error,
-                            dead_at: crate::clock::now().timestamp_micros(),
-                        }));
+                    let attempts = p.attempts + 1;
+                    let max_age = ctx.cfg().webhook_max_age.as_micros() as i64;
+                    if t - p.first_attempt_at >= max_age {
+                        tracing::warn!(sink = ctx.sink, event = %p.event_id, attempts, error, "giving up on an event: it and its order's later events are kept as dead letters");
+                        metrics::counter!(catalog::SINK_EVENTS, "sink" => ctx.sink.to_owned(), "outcome" => "dead").increment(1);
+                        lanes.insert(p.lane.clone(), true);
+                        Retried::Dead {
+                            lane: p.lane.clone(),
+                            error,
+                        }
+                    } else {
+                        let wait = backoff::after(attempts as u32, ctx.cfg().webhook_max_backoff);
+                        Retried::Failed {
+                            pos: p.pos,
+                            attempts,
+                            next_attempt_at: t + wait.as_micros() as i64,
+                            error,
+                        }
                     }
-                    let wait = super::backoff::after(attempts, ctx.cfg().webhook_max_backoff);
-                    let left = ctx.cfg().webhook_max_age.saturating_sub(started.elapsed());
-                    tokio::time::sleep(wait.min(left.max(Duration::from_millis(1)))).await;
                 }
+            };
+            if !store.retried(ctx.sink, ctx.fence(), &r, t).await? {
+                return Ok(Ok(false));
             }
         }
+        if any_taken {
+            // An order whose last parked event was taken has nothing parked any more.
+            *lanes = store.parked_lanes(ctx.sink).await?.into_iter().collect();
+        }
+        Ok(Ok(true))
     }
 
     async fn attempt(&self, id: &str, body: &str, ctx: &Ctx<'_>) -> Attempt {
@@ -149,53 +296,13 @@ impl Webhook {
             Err(e) => Attempt::Failed(format!("{e}")),
         }
     }
-
-    /// Sends the dead letters marked for replay once each: those taken are removed, the
-    /// others go back to being dead letters with one more attempt.
-    pub async fn replay(&self, ctx: &Ctx<'_>, cursor: u64) -> anyhow::Result<()> {
-        let store = &ctx.delivery.ledger;
-        let letters = store.dead_letters(ctx.sink, true, 100).await?;
-        if letters.is_empty() {
-            return Ok(());
-        }
-        let (mut taken, mut again) = (Vec::new(), Vec::new());
-        for mut d in letters {
-            match self.attempt(&d.event_id, &d.body, ctx).await {
-                Attempt::Taken => taken.push(d.pos),
-                Attempt::Gone => {
-                    let reason = gone(&self.url);
-                    let Halt::Gone(reason) = reason;
-                    store.set_enabled(ctx.sink, false, Some(&reason)).await?;
-                    break;
-                }
-                Attempt::Failed(error) => {
-                    d.attempts = 1;
-                    d.last_error = error;
-                    d.dead_at = crate::clock::now().timestamp_micros();
-                    again.push(d);
-                }
-            }
-        }
-        tracing::info!(
-            sink = ctx.sink,
-            taken = taken.len(),
-            refused = again.len(),
-            "replayed dead letters"
-        );
-        store.replayed(ctx.sink, ctx.fence(), &taken).await?;
-        if !again.is_empty() {
-            let p = Progress {
-                cursor,
-                dead: again,
-                ..Progress::default()
-            };
-            store.advance(ctx.sink, ctx.fence(), &p).await?;
-        }
-        Ok(())
-    }
 }
 
-fn gone(url: &str) -> Halt {
+/// The error of an event parked behind an earlier one of its order.
+const BEHIND: &str = "waiting behind an earlier event of its order";
+
+/// The reason an endpoint that answered 410 is disabled with.
+pub fn gone(url: &str) -> Halt {
     Halt::Gone(format!(
         "{url} answered 410 Gone at {}",
         crate::clock::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)

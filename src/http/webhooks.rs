@@ -241,11 +241,7 @@ pub async fn dead_letters(
 ) -> Answer<DeadLetterList> {
     let d = delivery(&app)?;
     endpoint(d, &id).await?;
-    let letters = d
-        .ledger()
-        .dead_letters(&id, false, 1000)
-        .await
-        .map_err(failed)?;
+    let letters = d.ledger().dead_letters(&id, 1000).await.map_err(failed)?;
     Ok(Json(DeadLetterList {
         dead_letters: letters.into_iter().map(Into::into).collect(),
     }))
@@ -270,7 +266,11 @@ pub async fn replay(
 ) -> Result<(StatusCode, Json<Replaying>), ApiError> {
     let d = delivery(&app)?;
     endpoint(d, &id).await?;
-    let replaying = d.ledger().replay(&id).await.map_err(failed)?;
+    let replaying = d
+        .ledger()
+        .replay(&id, crate::clock::now().timestamp_micros())
+        .await
+        .map_err(failed)?;
     tracing::info!(endpoint = %id, replaying, "dead letters queued for replay");
     Ok((StatusCode::ACCEPTED, Json(Replaying { replaying })))
 }

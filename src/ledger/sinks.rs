@@ -54,6 +54,7 @@ pub struct SinkRow {
     pub last_delivered_at: Option<i64>,
     pub lost: i64,
     pub dead_letters: i64,
+    pub retrying: i64,
 }
 
 impl SinkRow {
@@ -78,27 +79,49 @@ pub struct NewSink {
     pub description: Option<String>,
 }
 
-/// An event a sink gave up on, with the exact body it sent.
+/// An event of a sink set aside from its cursor: retrying (its order's head, or behind it)
+/// or dead; with the exact body sent.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DeadLetter {
+pub struct Parked {
     pub pos: i64,
     pub event_id: String,
+    /// The order id (the campaign id for a campaign event): its events go in order.
+    pub lane: String,
     pub body: String,
+    /// `retrying` or `dead`.
+    pub state: String,
     pub attempts: i64,
+    pub first_attempt_at: i64,
+    pub next_attempt_at: i64,
     pub last_error: String,
-    pub dead_at: i64,
 }
 
-/// What one delivered batch moves: the cursor, the counts, the events given up on.
+/// What one delivered batch moves: the cursor, the counts, the events set aside.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
     pub cursor: u64,
     pub delivered: u64,
     /// Events retention removed before this sink received them.
     pub lost: u64,
-    pub dead: Vec<DeadLetter>,
+    pub parked: Vec<Parked>,
     /// Micros of the batch's last delivery, if any.
     pub delivered_at: Option<i64>,
+}
+
+/// How a retry of a parked event ended.
+#[derive(Debug, Clone)]
+pub enum Retried {
+    /// Taken: removed, and the next event of its lane is due now.
+    Taken { pos: i64, lane: String, at: i64 },
+    /// Refused again: its next attempt.
+    Failed {
+        pos: i64,
+        attempts: i64,
+        next_attempt_at: i64,
+        error: String,
+    },
+    /// Given up: the lane's events are dead from this one on.
+    Dead { lane: String, error: String },
 }
 
 /// The sinks' rows in a ledger.
@@ -112,7 +135,7 @@ pub trait SinkStore: Send + Sync {
     /// and counts and takes the new target, subject, secret and description. `false` when an
     /// `api` sink of that id existed (nothing changed).
     async fn put_sink(&self, new: &NewSink, cursor: u64, now: i64) -> anyhow::Result<bool>;
-    /// Removes a sink and its dead letters; `false` if there was none.
+    /// Removes a sink and its parked events; `false` if there was none.
     async fn delete_sink(&self, id: &str) -> anyhow::Result<bool>;
     /// Enables or disables a sink (with the reason); `false` if there is none.
     async fn set_enabled(
@@ -133,22 +156,21 @@ pub trait SinkStore: Send + Sync {
     ) -> anyhow::Result<Option<(i64, u64)>>;
     /// Gives the lease up (at shutdown), so another instance takes over at once.
     async fn release(&self, id: &str, owner: &str) -> anyhow::Result<()>;
-    /// Moves the cursor forward and writes the batch's dead letters, under `fence`, in one
+    /// Moves the cursor forward and writes the batch's parked events, under `fence`, in one
     /// transaction; `false` when the fence is no longer the sink's (nothing written).
     async fn advance(&self, id: &str, fence: i64, p: &Progress) -> anyhow::Result<bool>;
     /// Notes a failed attempt (`failures`, `last_error`, `failing_since`) under `fence`.
     async fn failed(&self, id: &str, fence: i64, error: &str, now: i64) -> anyhow::Result<()>;
-    /// Up to `limit` dead letters, oldest first; only those marked for replay with `replay`.
-    async fn dead_letters(
-        &self,
-        id: &str,
-        replay: bool,
-        limit: u32,
-    ) -> anyhow::Result<Vec<DeadLetter>>;
-    /// Marks every dead letter of the sink for replay; how many.
-    async fn replay(&self, id: &str) -> anyhow::Result<u64>;
-    /// Removes the dead letters at `pos` a replay delivered, under `fence`.
-    async fn replayed(&self, id: &str, fence: i64, pos: &[i64]) -> anyhow::Result<()>;
+    /// The lanes with parked events and whether any of them is dead.
+    async fn parked_lanes(&self, id: &str) -> anyhow::Result<Vec<(String, bool)>>;
+    /// The first parked event of each lane whose retry is due at `now`, oldest first.
+    async fn due(&self, id: &str, now: i64, limit: u32) -> anyhow::Result<Vec<Parked>>;
+    /// Records a retry's outcome under `fence`; `false` when the fence is no longer the sink's.
+    async fn retried(&self, id: &str, fence: i64, r: &Retried, now: i64) -> anyhow::Result<bool>;
+    /// Up to `limit` dead letters, oldest first.
+    async fn dead_letters(&self, id: &str, limit: u32) -> anyhow::Result<Vec<Parked>>;
+    /// Makes every dead letter of the sink retrying again, due at `now`; how many.
+    async fn replay(&self, id: &str, now: i64) -> anyhow::Result<u64>;
 }
 
 /// The statements of [`SinkStore`], written once with PostgreSQL's `$N` placeholders; SQLite
@@ -158,19 +180,25 @@ pub mod sql {
          s.description, s.enabled, s.disabled_reason, s.cursor, s.created_at, s.lease_owner, \
          s.lease_until, s.delivered, s.failures, s.failing_since, s.last_error, \
          s.last_delivered_at, s.lost, \
-         (SELECT COUNT(*) FROM sink_dead_letters d WHERE d.sink_id = s.id) AS dead_letters \
+         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.state = 'dead') \
+           AS dead_letters, \
+         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.state = 'retrying') \
+           AS retrying \
          FROM sinks s";
+    /// A new sink's fence starts at its creation time, so a sink removed and added again
+    /// under the same id never hands out a fence its removed namesake had.
     pub const INSERT: &str = "INSERT INTO sinks \
-         (id, kind, target, subject, secret, origin, description, cursor, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         (id, kind, target, subject, secret, origin, description, cursor, created_at, fence) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) \
          ON CONFLICT (id) DO UPDATE SET target = excluded.target, subject = excluded.subject, \
          secret = excluded.secret, description = excluded.description \
          WHERE sinks.origin = 'flag' AND excluded.origin = 'flag'";
     pub const DELETE: &str = "DELETE FROM sinks WHERE id = $1";
-    pub const DELETE_DEAD: &str = "DELETE FROM sink_dead_letters WHERE sink_id = $1";
+    pub const DELETE_PARKED: &str = "DELETE FROM sink_parked WHERE sink_id = $1";
     pub const ENABLE: &str = "UPDATE sinks SET enabled = $2, disabled_reason = $3, \
          failing_since = CASE WHEN $2 = 1 THEN NULL ELSE failing_since END WHERE id = $1";
-    /// Held by `owner` already (keeps the fence), or free, or expired (raises it).
+    /// Held by `owner` already (keeps the fence), or free, or expired (raises it). `$3` is
+    /// now, `$4` the lease's length.
     pub const LEASE: &str = "UPDATE sinks SET \
          fence = CASE WHEN lease_owner = $2 THEN fence ELSE fence + 1 END, \
          lease_owner = $2, lease_until = $3 + $4 \
@@ -183,19 +211,37 @@ pub mod sql {
          lost = lost + $5, last_delivered_at = COALESCE($6, last_delivered_at), \
          failing_since = CASE WHEN $7 = 1 THEN NULL ELSE failing_since END \
          WHERE id = $1 AND fence = $2";
-    pub const DEAD: &str = "INSERT INTO sink_dead_letters \
-         (sink_id, pos, event_id, body, attempts, last_error, dead_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
-         ON CONFLICT (sink_id, pos) DO UPDATE SET attempts = sink_dead_letters.attempts \
-         + excluded.attempts, last_error = excluded.last_error, dead_at = excluded.dead_at, \
-         replay = 0";
+    pub const PARK: &str = "INSERT INTO sink_parked \
+         (sink_id, pos, event_id, lane, body, state, attempts, first_attempt_at, \
+          next_attempt_at, last_error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
     pub const FAILED: &str = "UPDATE sinks SET failures = failures + 1, last_error = $3, \
          failing_since = COALESCE(failing_since, $4) WHERE id = $1 AND fence = $2";
-    pub const DEAD_LIST: &str = "SELECT pos, event_id, body, attempts, last_error, dead_at \
-         FROM sink_dead_letters WHERE sink_id = $1 AND replay >= $2 ORDER BY pos LIMIT $3";
-    pub const REPLAY: &str = "UPDATE sink_dead_letters SET replay = 1 WHERE sink_id = $1";
-    pub const REPLAYED: &str = "DELETE FROM sink_dead_letters WHERE sink_id = $1 AND pos = $2 \
-         AND EXISTS (SELECT 1 FROM sinks WHERE id = $1 AND fence = $3)";
+    pub const FENCED: &str = "SELECT COUNT(*) FROM sinks WHERE id = $1 AND fence = $2";
+    pub const LANES: &str = "SELECT lane, MAX(CASE WHEN state = 'dead' THEN 1 ELSE 0 END) \
+         FROM sink_parked WHERE sink_id = $1 GROUP BY lane";
+    pub const DUE: &str = "SELECT pos, event_id, lane, body, state, attempts, first_attempt_at, \
+         next_attempt_at, last_error FROM sink_parked p \
+         WHERE p.sink_id = $1 AND p.state = 'retrying' AND p.next_attempt_at <= $2 \
+           AND p.pos = (SELECT MIN(q.pos) FROM sink_parked q \
+                         WHERE q.sink_id = p.sink_id AND q.lane = p.lane) \
+         ORDER BY p.pos LIMIT $3";
+    pub const TAKEN: &str = "DELETE FROM sink_parked WHERE sink_id = $1 AND pos = $2";
+    pub const NEXT_DUE: &str = "UPDATE sink_parked SET next_attempt_at = $3, \
+         first_attempt_at = CASE WHEN attempts = 0 THEN $3 ELSE first_attempt_at END \
+         WHERE sink_id = $1 AND pos = (SELECT MIN(pos) FROM sink_parked \
+                                        WHERE sink_id = $1 AND lane = $2)";
+    pub const TOOK: &str = "UPDATE sinks SET delivered = delivered + 1, last_delivered_at = $2, \
+         failing_since = NULL WHERE id = $1";
+    pub const REFUSED: &str = "UPDATE sink_parked SET attempts = $3, next_attempt_at = $4, \
+         last_error = $5 WHERE sink_id = $1 AND pos = $2";
+    pub const DEAD: &str = "UPDATE sink_parked SET state = 'dead', last_error = \
+         CASE WHEN attempts > 0 THEN $3 ELSE 'behind a dead letter of its order' END \
+         WHERE sink_id = $1 AND lane = $2";
+    pub const DEAD_LIST: &str = "SELECT pos, event_id, lane, body, state, attempts, \
+         first_attempt_at, next_attempt_at, last_error FROM sink_parked \
+         WHERE sink_id = $1 AND state = 'dead' ORDER BY pos LIMIT $2";
+    pub const REPLAY: &str = "UPDATE sink_parked SET state = 'retrying', next_attempt_at = $2, \
+         first_attempt_at = $2 WHERE sink_id = $1 AND state = 'dead'";
 }
 
 /// A statement of [`sql`] with SQLite's numbered placeholders.

@@ -3,6 +3,7 @@
 package from PyPI (the Standard Webhooks reference implementation), not with seckill's code.
 
     webhook_receiver.py --port P --secret whsec_... --out FILE [--status CODE] [--delay-ms N]
+                        [--refuse-user U]
 
 Each request is one JSON line in FILE: {"id", "received_ms", "body"} when its signature and
 timestamp verify, {"bad": reason} otherwise (answered 400). Verified requests are answered
@@ -27,6 +28,8 @@ args.add_argument("--secret", required=True)
 args.add_argument("--out", required=True)
 args.add_argument("--status", type=int, default=204)
 args.add_argument("--delay-ms", type=int, default=0)
+args.add_argument("--refuse-user", default=None,
+                  help="answer 500 to the events of this user's orders (a poison event)")
 opts = args.parse_args()
 
 hook = Webhook(opts.secret)
@@ -46,6 +49,11 @@ class Handler(BaseHTTPRequestHandler):
             self.record({"bad": f"{type(e).__name__}: {e}", "id": headers.get("webhook-id")})
             self.answer(400)
             return
+        if opts.refuse_user is not None:
+            order = json.loads(body).get("order") or {}
+            if order.get("user_id") == opts.refuse_user:
+                self.answer(500)
+                return
         if opts.delay_ms:
             time.sleep(opts.delay_ms / 1000)
         self.record({"id": headers["webhook-id"], "received_ms": time.time() * 1000,

@@ -1,14 +1,93 @@
 //! The embedded ledger's sinks (migration 0010): reads on the reader pool, writes through the
-//! one writer connection, like every other write of this ledger.
+//! one writer connection, like every other write of this ledger. A transaction here is
+//! cancel-safe ([`Tx`]): a delivery task aborted mid-write (its sink disabled, the server
+//! stopping) leaves no transaction open on the writer for the next group commit to trip on.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::SqliteConnection;
+use tokio::sync::MutexGuard;
 
+use super::writer::Writer;
 use super::SqliteLedger;
 use crate::ledger::sinks::{
-    sql, sqlite_params as q, ttl_micros, DeadLetter, NewSink, Progress, SinkRow, SinkStore,
+    sql, sqlite_params as q, ttl_micros, NewSink, Parked, Progress, Retried, SinkRow, SinkStore,
 };
+
+/// A write transaction on the writer that is rolled back if dropped before its end: the
+/// connection is discarded (closing it rolls back) and the next writer reopens one.
+struct Tx<'a> {
+    w: MutexGuard<'a, Writer>,
+    open: bool,
+}
+
+impl<'a> Tx<'a> {
+    async fn begin(ledger: &'a SqliteLedger) -> anyhow::Result<Tx<'a>> {
+        // Open from before BEGIN is sent: dropped while BEGIN runs, the connection goes too.
+        let mut tx = Tx {
+            w: ledger.writer.lock().await,
+            open: true,
+        };
+        match tx.w.begin().await {
+            Ok(_) => Ok(tx),
+            Err(e) => {
+                tx.open = false; // the writer rolled back and checked the connection itself
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn conn(&mut self) -> anyhow::Result<&mut SqliteConnection> {
+        self.w.conn().await
+    }
+
+    async fn commit(mut self) -> anyhow::Result<()> {
+        let done = self.w.commit().await;
+        self.open = false;
+        Ok(done?)
+    }
+
+    async fn roll_back(mut self) {
+        self.w.roll_back().await;
+        self.open = false;
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.w.discard();
+        }
+    }
+}
+
+/// Runs `$body` (which returns `anyhow::Result<bool>`) in a [`Tx`]: committed when it answers
+/// `true`, rolled back when `false` or an error.
+macro_rules! in_tx {
+    ($ledger:expr, |$conn:ident| $body:block) => {{
+        let mut tx = Tx::begin($ledger).await?;
+        let done: anyhow::Result<bool> = async {
+            let $conn = tx.conn().await?;
+            $body
+        }
+        .await;
+        match done {
+            Ok(true) => {
+                tx.commit().await?;
+                Ok(true)
+            }
+            Ok(false) => {
+                tx.roll_back().await;
+                Ok(false)
+            }
+            Err(e) => {
+                tx.roll_back().await;
+                Err(e)
+            }
+        }
+    }};
+}
 
 #[async_trait]
 impl SinkStore for SqliteLedger {
@@ -44,31 +123,17 @@ impl SinkStore for SqliteLedger {
     }
 
     async fn delete_sink(&self, id: &str) -> anyhow::Result<bool> {
-        let mut w = self.writer.lock().await;
-        w.begin().await?;
-        let done = async {
-            let conn = w.conn().await?;
+        in_tx!(self, |conn| {
             let gone = sqlx::query(&q(sql::DELETE))
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
-            sqlx::query(&q(sql::DELETE_DEAD))
+            sqlx::query(&q(sql::DELETE_PARKED))
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
-            anyhow::Ok(gone.rows_affected() == 1)
-        }
-        .await;
-        match done {
-            Ok(gone) => {
-                w.commit().await?;
-                Ok(gone)
-            }
-            Err(e) => {
-                w.roll_back().await;
-                Err(e)
-            }
-        }
+            Ok(gone.rows_affected() == 1)
+        })
     }
 
     async fn set_enabled(
@@ -117,10 +182,7 @@ impl SinkStore for SqliteLedger {
     }
 
     async fn advance(&self, id: &str, fence: i64, p: &Progress) -> anyhow::Result<bool> {
-        let mut w = self.writer.lock().await;
-        w.begin().await?;
-        let done = async {
-            let conn = w.conn().await?;
+        in_tx!(self, |conn| {
             let moved = sqlx::query(&q(sql::ADVANCE))
                 .bind(id)
                 .bind(fence)
@@ -132,37 +194,25 @@ impl SinkStore for SqliteLedger {
                 .execute(&mut *conn)
                 .await?;
             if moved.rows_affected() == 0 {
-                return anyhow::Ok(false);
+                return Ok(false);
             }
-            for d in &p.dead {
-                sqlx::query(&q(sql::DEAD))
+            for e in &p.parked {
+                sqlx::query(&q(sql::PARK))
                     .bind(id)
-                    .bind(d.pos)
-                    .bind(&d.event_id)
-                    .bind(&d.body)
-                    .bind(d.attempts)
-                    .bind(&d.last_error)
-                    .bind(d.dead_at)
+                    .bind(e.pos)
+                    .bind(&e.event_id)
+                    .bind(&e.lane)
+                    .bind(&e.body)
+                    .bind(&e.state)
+                    .bind(e.attempts)
+                    .bind(e.first_attempt_at)
+                    .bind(e.next_attempt_at)
+                    .bind(&e.last_error)
                     .execute(&mut *conn)
                     .await?;
             }
             Ok(true)
-        }
-        .await;
-        match done {
-            Ok(true) => {
-                w.commit().await?;
-                Ok(true)
-            }
-            Ok(false) => {
-                w.roll_back().await;
-                Ok(false)
-            }
-            Err(e) => {
-                w.roll_back().await;
-                Err(e)
-            }
-        }
+        })
     }
 
     async fn failed(&self, id: &str, fence: i64, error: &str, now: i64) -> anyhow::Result<()> {
@@ -177,40 +227,95 @@ impl SinkStore for SqliteLedger {
         Ok(())
     }
 
-    async fn dead_letters(
-        &self,
-        id: &str,
-        replay: bool,
-        limit: u32,
-    ) -> anyhow::Result<Vec<DeadLetter>> {
-        Ok(sqlx::query_as(&q(sql::DEAD_LIST))
+    async fn parked_lanes(&self, id: &str) -> anyhow::Result<Vec<(String, bool)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(&q(sql::LANES))
             .bind(id)
-            .bind(replay as i64)
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(rows.into_iter().map(|(l, d)| (l, d == 1)).collect())
+    }
+
+    async fn due(&self, id: &str, now: i64, limit: u32) -> anyhow::Result<Vec<Parked>> {
+        Ok(sqlx::query_as(&q(sql::DUE))
+            .bind(id)
+            .bind(now)
             .bind(limit as i64)
             .fetch_all(&self.readers)
             .await?)
     }
 
-    async fn replay(&self, id: &str) -> anyhow::Result<u64> {
+    async fn retried(&self, id: &str, fence: i64, r: &Retried, now: i64) -> anyhow::Result<bool> {
+        in_tx!(self, |conn| {
+            let (held,): (i64,) = sqlx::query_as(&q(sql::FENCED))
+                .bind(id)
+                .bind(fence)
+                .fetch_one(&mut *conn)
+                .await?;
+            if held == 0 {
+                return Ok(false);
+            }
+            match r {
+                Retried::Taken { pos, lane, at } => {
+                    sqlx::query(&q(sql::TAKEN))
+                        .bind(id)
+                        .bind(pos)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(&q(sql::NEXT_DUE))
+                        .bind(id)
+                        .bind(lane)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(&q(sql::TOOK))
+                        .bind(id)
+                        .bind(at)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Retried::Failed {
+                    pos,
+                    attempts,
+                    next_attempt_at,
+                    error,
+                } => {
+                    sqlx::query(&q(sql::REFUSED))
+                        .bind(id)
+                        .bind(pos)
+                        .bind(attempts)
+                        .bind(next_attempt_at)
+                        .bind(error)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Retried::Dead { lane, error } => {
+                    sqlx::query(&q(sql::DEAD))
+                        .bind(id)
+                        .bind(lane)
+                        .bind(error)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    async fn dead_letters(&self, id: &str, limit: u32) -> anyhow::Result<Vec<Parked>> {
+        Ok(sqlx::query_as(&q(sql::DEAD_LIST))
+            .bind(id)
+            .bind(limit as i64)
+            .fetch_all(&self.readers)
+            .await?)
+    }
+
+    async fn replay(&self, id: &str, now: i64) -> anyhow::Result<u64> {
         let mut w = self.writer.lock().await;
         let done = sqlx::query(&q(sql::REPLAY))
             .bind(id)
+            .bind(now)
             .execute(w.conn().await?)
             .await?;
         Ok(done.rows_affected())
-    }
-
-    async fn replayed(&self, id: &str, fence: i64, pos: &[i64]) -> anyhow::Result<()> {
-        let mut w = self.writer.lock().await;
-        let conn = w.conn().await?;
-        for p in pos {
-            sqlx::query(&q(sql::REPLAYED))
-                .bind(id)
-                .bind(p)
-                .bind(fence)
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
     }
 }

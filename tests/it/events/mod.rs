@@ -6,6 +6,7 @@
 mod concurrent;
 mod nats;
 pub(crate) mod receiver;
+mod sink_writes;
 pub(crate) mod webhooks;
 
 use std::collections::{BTreeMap, HashMap};

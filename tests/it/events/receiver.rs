@@ -69,6 +69,11 @@ impl Receiver {
 
     /// (Re)starts the process on the same port, answering `status`.
     pub fn run(&mut self, status: u16) {
+        self.run_with(status, &[]);
+    }
+
+    /// [`Receiver::run`] with more of the script's flags (`--refuse-user U`).
+    pub fn run_with(&mut self, status: u16, extra: &[&str]) {
         self.stop();
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -78,6 +83,7 @@ impl Receiver {
             .arg(script)
             .args(["--port", &self.port.to_string(), "--secret", &self.secret])
             .args(["--status", &status.to_string()])
+            .args(extra)
             .arg("--out")
             .arg(&self.out)
             .stdout(Stdio::piped())

@@ -240,24 +240,44 @@ async fn wait_endpoint(app: &App, what: &str, done: impl Fn(&Value) -> bool) -> 
 }
 
 #[tokio::test]
-async fn refused_events_become_dead_letters_and_a_replay_delivers_them() {
-    let mut r = Receiver::start(SECRET, 500);
+async fn a_poison_event_holds_back_only_its_order_then_dies_and_a_replay_sends_it() {
+    let mut r = Receiver::start(SECRET, 204);
+    // The receiver refuses every event of u0's order, and takes the others.
+    r.run_with(204, &["--refuse-user", "u0"]);
     let app = with_webhook(r.url(), |cfg| {
-        cfg.delivery.webhook_max_age = Duration::from_secs(2);
+        cfg.delivery.webhook_max_age = Duration::from_secs(3);
+        cfg.delivery.webhook_max_backoff = Duration::from_secs(1);
     })
     .await;
-    some_orders(&app.client, "dl", 4).await;
+    some_orders(&app.client, "dl", 6).await;
     let feed = feed_of(&app.client).await;
-    let e = wait_endpoint(&app, "every event dead", |e| {
-        e["dead_letters"].as_u64() == Some(feed.len() as u64)
+    let poisoned: Vec<Value> = feed
+        .iter()
+        .filter(|e| e["order"]["user_id"] == "u0")
+        .cloned()
+        .collect();
+    assert!(
+        poisoned.len() >= 2,
+        "u0's order has a won and later events: {poisoned:?}"
+    );
+    let others: Vec<Value> = feed
+        .iter()
+        .filter(|e| e["order"]["user_id"] != "u0")
+        .cloned()
+        .collect();
+    // The other orders go through at once, while u0's is refused.
+    let got = r.wait_for_all(&ids(&others), Duration::from_secs(10)).await;
+    check_against_feed(&got, &others);
+    let e = wait_endpoint(&app, "u0's events dead", |e| {
+        e["dead_letters"].as_u64() == Some(poisoned.len() as u64)
     })
     .await;
-    assert_eq!(e["backlog"], 0, "{e}");
-    assert!(e["last_error"].as_str().unwrap().contains("500"), "{e}");
-    assert!(
-        e["failed_attempts"].as_u64().unwrap() >= feed.len() as u64,
+    assert_eq!(
+        (e["backlog"].clone(), e["retrying"].clone()),
+        (json!(0), json!(0)),
         "{e}"
     );
+    assert!(e["last_error"].as_str().unwrap().contains("500"), "{e}");
     let id = e["id"].as_str().unwrap().to_owned();
     let (s, dead) = app
         .admin(
@@ -270,27 +290,60 @@ async fn refused_events_become_dead_letters_and_a_replay_delivers_them() {
     let letters = dead["dead_letters"].as_array().unwrap();
     let events: Vec<Value> = letters.iter().map(|d| d["event"].clone()).collect();
     assert_eq!(
-        events, feed,
-        "each dead letter is its event as the feed shows it"
+        events, poisoned,
+        "u0's events, in order, as the feed shows them"
     );
-    // The receiver takes events again: a replay sends every dead letter once more.
+    assert!(letters[0]["attempts"].as_u64().unwrap() >= 2, "{dead}");
+    assert_eq!(letters[1]["attempts"], 0, "{dead}");
+    // The receiver takes u0's events now: a replay sends them, in order.
     r.run(204);
     let (s, v) = app
         .admin(Method::POST, &format!("/v1/webhooks/{id}/replay"), None)
         .await;
-    assert_eq!((s, v["replaying"].as_u64()), (202, Some(feed.len() as u64)));
-    wait_endpoint(&app, "dead letters replayed", |e| e["dead_letters"] == 0).await;
-    let got: Vec<_> = r
-        .received()
-        .into_iter()
-        .filter(|x| !x.body.is_empty())
-        .collect();
-    let ok: Vec<_> = got
-        .iter()
-        .filter(|x| x.id.starts_with("evt_"))
-        .cloned()
-        .collect();
-    check_against_feed(&ok, &feed);
+    assert_eq!(
+        (s, v["replaying"].as_u64()),
+        (202, Some(poisoned.len() as u64))
+    );
+    wait_endpoint(&app, "dead letters replayed", |e| {
+        e["dead_letters"] == 0 && e["retrying"] == 0
+    })
+    .await;
+    check_against_feed(&r.received(), &feed);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_endpoint_down_for_the_whole_max_age_is_disabled() {
+    let mut r = Receiver::start(SECRET, 204);
+    r.stop();
+    let app = with_webhook(r.url(), |cfg| {
+        cfg.delivery.webhook_max_age = Duration::from_secs(3);
+        cfg.delivery.webhook_max_backoff = Duration::from_secs(1);
+    })
+    .await;
+    some_orders(&app.client, "down", 3).await;
+    let e = wait_endpoint(&app, "disabled", |e| e["state"] == "disabled").await;
+    assert!(
+        e["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("every delivery failed"),
+        "{e}"
+    );
+    assert_eq!(
+        e["dead_letters"], 0,
+        "nothing is dead-lettered for an endpoint that is down: {e}"
+    );
+    // Enabled again once the receiver is back, it gets the whole backlog.
+    r.run(204);
+    let id = e["id"].as_str().unwrap().to_owned();
+    let (s, _) = app
+        .admin(Method::POST, &format!("/v1/webhooks/{id}/enable"), None)
+        .await;
+    assert_eq!(s, 200);
+    let feed = feed_of(&app.client).await;
+    let got = r.wait_for_all(&ids(&feed), Duration::from_secs(30)).await;
+    check_against_feed(&got, &feed);
     app.stop().await;
 }
 
