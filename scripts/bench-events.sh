@@ -8,8 +8,10 @@
 #   off       no sink
 #   on        --webhook to `seckill events receive`, answering at once
 #   slow      --webhook to a receiver answering each request after 200 ms
+#   paced     --webhook on, the storm held to BENCH_PACED_RATE claims/s (default 5,000): a
+#             server that is not saturated, as a sale's wins usually leave it
 #
-# For `on` the receiver's lag from each event's transition (`at`) to its arrival, p50 / p99,
+# For `on` and `paced` the receiver's lag from each event's transition (`at`) to its arrival, p50 / p99,
 # once the backlog drained; for `slow` the backlog when the storm ended. The server runs on
 # BENCH_SERVER_CPU, the generator and the receiver on BENCH_GEN_CPU.
 #
@@ -23,6 +25,7 @@ ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNECTIONS:-128}
 SERVER_CPU=${BENCH_SERVER_CPU:-1}
 GEN_CPU=${BENCH_GEN_CPU:-0}
+PACED_RATE=${BENCH_PACED_RATE:-5000}
 TOKEN=bench-$RANDOM$RANDOM
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 
@@ -58,11 +61,13 @@ start() {
 stop() { kill -INT "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 storm() {
-    local row=$1 url=$2
+    local row=$1 url=$2 rate=()
+    [ "$row" = paced ] && rate=(--rate "$PACED_RATE")
     taskset -c "$GEN_CPU" "$BIN" bench --url "$url" --admin-token "$TOKEN" --scenario hot \
+        --server-pid "$SPID" "${rate[@]}" \
         --duration "$DURATION" --connections "$CONNS" --threads 1 --json --progress never \
         --no-verify >"$WORK/$row.r$ROUND.json" 2>"$WORK/$row.r$ROUND.err"
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f\"   $row: {r['claims_per_second']:.0f} claims/s, p99 {r['latency_ms']['p99']:.2f} ms\")" \
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f\"   $row: {r['claims_per_second']:.0f} claims/s, p99 {r['latency_ms']['p99']:.2f} ms, server CPU {r.get('server_cpu_us_per_claim')} us/claim\")" \
         "$WORK/$row.r$ROUND.json"
 }
 
@@ -74,11 +79,11 @@ backlog() {
 for ROUND in $(seq "$ROUNDS"); do
     echo "== round $ROUND"
     start ceiling "$SERVER_CPU" "$BIN" baseline --listen 127.0.0.1:0
-    taskset -c "$GEN_CPU" "$BIN" bench --url "$URL" --scenario hot --duration "$DURATION" \
-        --connections "$CONNS" --threads 1 --json --progress never --no-verify \
-        --admin-token x >"$WORK/ceiling.r$ROUND.json" 2>/dev/null || true
+    taskset -c "$GEN_CPU" "$BIN" bench --url "$URL" --campaign ceiling --scenario hot \
+        --duration "$DURATION" --connections "$CONNS" --threads 1 --json --progress never \
+        --no-verify --admin-token x >"$WORK/ceiling.r$ROUND.json"
     stop "$PID"
-    for row in off on slow; do
+    for row in off on slow paced; do
         sinks=()
         if [ "$row" != off ]; then
             delay=0; [ "$row" = slow ] && delay=200
@@ -91,7 +96,7 @@ for ROUND in $(seq "$ROUNDS"); do
             --admin-token "$TOKEN" "${sinks[@]}"
         SPID=$PID SURL=$URL
         storm "$row" "$SURL"
-        if [ "$row" = on ]; then
+        if [ "$row" = on ] || [ "$row" = paced ]; then
             for _ in $(seq 600); do [ "$(backlog "$SURL")" = 0 ] && break; sleep 0.1; done
         fi
         [ "$row" = slow ] && backlog "$SURL" >"$WORK/slow.r$ROUND.backlog"
@@ -104,25 +109,34 @@ for ROUND in $(seq "$ROUNDS"); do
     done
 done
 
-python3 - "$WORK" "$ROUNDS" <<'EOF'
-import json, statistics, sys
+PACED_RATE=$PACED_RATE python3 - "$WORK" "$ROUNDS" <<'EOF'
+import json, os, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 def cps(row):
     return [json.load(open(f"{work}/{row}.r{r}.json"))["claims_per_second"] for r in range(1, rounds + 1)]
-ceiling, off, on, slow = (med(cps(r)) for r in ("ceiling", "off", "on", "slow"))
+ceiling, off, on, slow, paced = (med(cps(r)) for r in ("ceiling", "off", "on", "slow", "paced"))
 recv = [json.loads(open(f"{work}/on.r{r}.recv").read()) for r in range(1, rounds + 1)]
+recv_paced = [json.loads(open(f"{work}/paced.r{r}.recv").read()) for r in range(1, rounds + 1)]
 backlog = [int(open(f"{work}/slow.r{r}.backlog").read()) for r in range(1, rounds + 1)]
-print(f"| row | claims/s (median of {rounds}) | vs ceiling | vs off |")
-print("|---|---:|---:|---:|")
-for name, v in (("HTTP ceiling (`seckill baseline`)", ceiling), ("delivery off", off),
-                ("webhook on", on), ("webhook to a 200 ms receiver", slow)):
-    print(f"| {name} | {v:,.0f} | {v / ceiling:.2f} | {v / off:.2f} |")
+def cpu(row):
+    xs = [json.load(open(f"{work}/{row}.r{r}.json")).get("server_cpu_us_per_claim") for r in range(1, rounds + 1)]
+    xs = [x for x in xs if x is not None]
+    return f"{med(xs):.1f}" if xs else "–"
+print(f"| row | claims/s (median of {rounds}) | vs ceiling | vs off | server CPU µs/claim |")
+print("|---|---:|---:|---:|---:|")
+for row, name, v in (("ceiling", "HTTP ceiling (`seckill baseline`)", ceiling), ("off", "delivery off", off),
+                     ("on", "webhook on", on), ("slow", "webhook to a 200 ms receiver", slow),
+                     ("paced", f"webhook on, storm held to {os.environ.get('PACED_RATE')} claims/s", paced)):
+    print(f"| {name} | {v:,.0f} | {v / ceiling:.2f} | {v / off:.2f} | {cpu(row) if row != 'ceiling' else '–'} |")
 print()
-print("Lag from transition to receiver (webhook on), per round: " + "; ".join(
-    f"p50 {x['lag_ms']['p50']:.0f} ms, p99 {x['lag_ms']['p99']:.0f} ms, max {x['lag_ms']['max']:.0f} ms, "
-    f"{x['received']:,} received ({x['repeats']} repeats, {x['refused_signatures']} refused)"
-    for x in recv))
+def lags(xs):
+    return "; ".join(
+        f"p50 {x['lag_ms']['p50']:.1f} ms, p99 {x['lag_ms']['p99']:.1f} ms, max {x['lag_ms']['max']:.0f} ms, "
+        f"{x['received']:,} received ({x['repeats']} repeats, {x['refused_signatures']} refused)"
+        for x in xs)
+print("Lag from transition to receiver, webhook on, per round: " + lags(recv))
+print("Lag from transition to receiver, paced, per round: " + lags(recv_paced))
 print(f"Backlog of the 200 ms receiver when the storm ended, per round: {backlog}")
 EOF

@@ -25,8 +25,9 @@ pub struct DeliveryArgs {
     #[arg(long, env = "SECKILL_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<Secret>,
 
-    /// How long an event is retried (exponential backoff with jitter) before it is set aside
-    /// as a dead letter, which can be replayed (`POST /v1/webhooks/{id}/replay`).
+    /// How long a refused event is retried (exponential backoff with jitter) before it and its
+    /// order's later events are set aside as dead letters, which can be replayed
+    /// (`POST /v1/webhooks/{id}/replay`); an endpoint refusing everything that long is disabled.
     #[arg(long, env = "SECKILL_WEBHOOK_MAX_AGE", default_value = "24h", value_parser = crate::duration::parse)]
     pub webhook_max_age: Duration,
 

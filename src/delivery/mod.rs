@@ -43,6 +43,9 @@ const RENEW: Duration = Duration::from_secs(3);
 const RESCAN: Duration = Duration::from_secs(1);
 /// Events per batch.
 pub const BATCH: u32 = 256;
+/// How often a sink's progress is written while it delivers batch after batch (each write is
+/// a commit of the ledger, which the embedded ledger shares with the claims).
+const FLUSH: Duration = Duration::from_millis(500);
 
 /// The sinks this instance may deliver, and the tasks delivering them.
 pub struct Delivery {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{nats, webhook, Delivery, BATCH, LEASE, RENEW};
+use super::{nats, webhook, Delivery, BATCH, FLUSH, LEASE, RENEW};
 use crate::domain::{Error, Event, EventFilter};
 use crate::ledger::sinks::{Progress, SinkKind, SinkRow};
 use crate::telemetry::catalog;
@@ -146,6 +146,12 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
     }
     let mut lanes: webhook::Lanes = d.ledger.parked_lanes(id).await?.into_iter().collect();
     let mut down: u32 = 0;
+    // Delivered batches not yet written to the ledger (see FLUSH).
+    let mut pending = Progress {
+        cursor,
+        ..Progress::default()
+    };
+    let mut flushed = Instant::now();
     loop {
         if *lost.borrow() {
             return Ok(Exit::Lost);
@@ -181,12 +187,13 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
                 );
                 metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "lost")
                     .increment(pruned - cursor);
-                let p = Progress {
-                    cursor: pruned,
-                    lost: pruned - cursor,
-                    ..Progress::default()
-                };
-                if !d.ledger.advance(id, fence, &p).await? {
+                pending.cursor = pruned;
+                pending.lost += pruned - cursor;
+                if !d
+                    .ledger
+                    .advance(id, fence, &std::mem::take(&mut pending))
+                    .await?
+                {
                     return Ok(Exit::Lost);
                 }
                 cursor = pruned;
@@ -208,6 +215,12 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
             Ok(Batch::Delivered(fates)) => fates,
             Ok(Batch::Down(error)) => {
                 down += 1;
+                // What earlier batches delivered is written before waiting.
+                let p = std::mem::take(&mut pending);
+                pending.cursor = p.cursor;
+                if !d.ledger.advance(id, fence, &p).await? {
+                    return Ok(Exit::Lost);
+                }
                 let row = d.ledger.sink(id).await?;
                 let since = row.as_ref().and_then(|r| r.failing_since);
                 let max_age = d.cfg.webhook_max_age.as_micros() as i64;
@@ -229,31 +242,40 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
             Err(Halt::Gone(reason)) => return disable(d, id, &reason).await,
         };
         down = 0;
-        let mut p = Progress {
-            cursor: next,
-            ..Progress::default()
-        };
+        pending.cursor = next;
         for (event, fate) in events.iter().zip(fates) {
             match fate {
                 Fate::Taken(at) => {
-                    p.delivered += 1;
-                    p.delivered_at = Some(p.delivered_at.unwrap_or(at).max(at));
+                    pending.delivered += 1;
+                    pending.delivered_at = Some(pending.delivered_at.unwrap_or(at).max(at));
                     let lag = (at - event.at.timestamp_micros()).max(0) as f64 / 1e6;
                     metrics::histogram!(catalog::SINK_LAG, &labels).record(lag);
+                    metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "delivered").increment(1);
                 }
-                Fate::Parked(parked) => p.parked.push(parked),
+                Fate::Parked(parked) => {
+                    metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "parked").increment(1);
+                    pending.parked.push(parked);
+                }
             }
         }
-        metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "delivered")
-            .increment(p.delivered);
-        metrics::counter!(catalog::SINK_EVENTS, "sink" => id.to_owned(), "outcome" => "parked")
-            .increment(p.parked.len() as u64);
-        if !d.ledger.advance(id, fence, &p).await? {
-            return Ok(Exit::Lost);
-        }
         cursor = next;
-        if let Ok(head) = d.feed.head().await {
-            metrics::gauge!(catalog::SINK_BACKLOG, &labels).set(head.saturating_sub(cursor) as f64);
+        // Progress is written at most every FLUSH unless the feed was read to its end or
+        // events were parked (the ledger must hold a parked order before its lane is read
+        // back): a storm's batches cost the ledger a few commits a second, not one each.
+        let caught_up = events.len() < BATCH as usize;
+        if caught_up || !pending.parked.is_empty() || flushed.elapsed() >= FLUSH {
+            if !d
+                .ledger
+                .advance(id, fence, &std::mem::take(&mut pending))
+                .await?
+            {
+                return Ok(Exit::Lost);
+            }
+            flushed = Instant::now();
+            if let Ok(head) = d.feed.head().await {
+                metrics::gauge!(catalog::SINK_BACKLOG, &labels)
+                    .set(head.saturating_sub(cursor) as f64);
+            }
         }
     }
 }

@@ -159,6 +159,7 @@ pub struct DeadLetterList {
 /// `POST /v1/webhooks/{id}/replay`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Replaying {
-    /// Dead letters queued to be sent again (each once; those refused stay dead letters).
+    /// Dead letters made retrying again (each order's in order, for up to
+    /// `--webhook-max-age`).
     pub replaying: u64,
 }

@@ -152,7 +152,7 @@ pub async fn get(
     security(("admin_token" = [])),
     params(("id" = String, Path, description = "Endpoint id.")),
     responses(
-        (status = 204, description = "Removed with its dead letters; nothing more is sent to it. An endpoint of `--webhook` comes back when an instance starts with that flag."),
+        (status = 204, description = "Removed with its parked events and dead letters; nothing more is sent to it. An endpoint of `--webhook` comes back when an instance starts with that flag."),
         (status = 404, description = "No such endpoint.", body = ErrorBody),
     ),
 )]
@@ -230,7 +230,7 @@ pub async fn disable(
     security(("admin_token" = [])),
     params(("id" = String, Path, description = "Endpoint id.")),
     responses(
-        (status = 200, description = "Up to 1,000 events the endpoint never took, oldest first, each as it was sent.", body = DeadLetterList),
+        (status = 200, description = "Up to 1,000 events the endpoint never took, oldest first, each as it was sent: those retried for --webhook-max-age and the later events of their orders.", body = DeadLetterList),
         (status = 404, description = "No such endpoint.", body = ErrorBody),
     ),
 )]
@@ -255,7 +255,7 @@ pub async fn dead_letters(
     security(("admin_token" = [])),
     params(("id" = String, Path, description = "Endpoint id.")),
     responses(
-        (status = 202, description = "Every dead letter of the endpoint is sent again, once, with its id and body (within a few seconds, by the instance delivering it); those taken are removed, the others stay.", body = Replaying),
+        (status = 202, description = "Every dead letter of the endpoint is retried again with its id and body, each order's in order (within a few seconds, by the instance delivering it), for up to --webhook-max-age; those taken are removed.", body = Replaying),
         (status = 404, description = "No such endpoint.", body = ErrorBody),
     ),
 )]

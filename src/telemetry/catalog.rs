@@ -115,7 +115,7 @@ pub const FAMILIES: &[Family] = &[
     f(HOLDS_LATENESS_MAX, Gauge, "",
       "Longest time from pay_by to the units being back, seconds (holds; scale-out: this instance's)"),
     f(SINK_EVENTS, Counter, "sink, outcome",
-      "Events of the feed by sink (webhook endpoint or NATS) and outcome: delivered, failed (an attempt, retried), dead (given up, kept as a dead letter), lost (removed by retention before delivery)"),
+      "Events of the feed by sink (webhook endpoint or NATS) and outcome: delivered, failed (an attempt, retried), parked (refused while others were taken, or behind such an event of its order), dead (an order's parked events given up), lost (removed by retention before delivery)"),
     f(SINK_BACKLOG, Gauge, "sink", "Events in the feed after the sink's cursor, as the instance delivering it last saw"),
     f(SINK_ENABLED, Gauge, "sink", "1 while the sink is enabled, 0 once disabled (a webhook endpoint that answered 410)"),
     f(SINK_HOLDER, Gauge, "sink", "1 while this instance holds the sink's lease and delivers it"),
