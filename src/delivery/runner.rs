@@ -88,10 +88,11 @@ enum Target {
 }
 
 async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
-    let (fence, mut cursor) = loop {
+    let (fence, mut cursor, taken_at) = loop {
         let now = crate::clock::now().timestamp_micros();
-        if let Some(held) = d.ledger.lease(id, &d.owner, now, LEASE).await? {
-            break held;
+        let issued = Instant::now();
+        if let Some((fence, cursor)) = d.ledger.lease(id, &d.owner, now, LEASE).await? {
+            break (fence, cursor, issued);
         }
         match d.ledger.sink(id).await? {
             Some(s) if s.enabled == 1 => tokio::time::sleep(RENEW).await,
@@ -103,7 +104,10 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         return Ok(Exit::Stop);
     };
     let mut target = match sink.kind() {
-        SinkKind::Webhook => Target::Webhook(webhook::Webhook::new(&sink)),
+        SinkKind::Webhook => match webhook::Webhook::new(&sink) {
+            Ok(w) => Target::Webhook(w),
+            Err(reason) => return disable(d, id, &reason).await,
+        },
         SinkKind::Nats => Target::Nats(Box::new(nats::Nats::new(&sink, &d.cfg.nats_stream))),
     };
     let target = &mut target;
@@ -116,6 +120,7 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         d.clone(),
         id.to_owned(),
         fence,
+        taken_at + LEASE,
         lost_tx,
     )));
     let ctx = Ctx {
@@ -146,6 +151,10 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
     }
     let mut lanes: webhook::Lanes = d.ledger.parked_lanes(id).await?.into_iter().collect();
     let mut down: u32 = 0;
+    // Since when every batch failed (this holder's view): past --webhook-max-age, disabled.
+    let mut down_since: Option<Instant> = None;
+    // Whether `pending` holds progress the ledger has not.
+    let mut dirty = false;
     // Delivered batches not yet written to the ledger (see FLUSH).
     let mut pending = Progress {
         cursor,
@@ -156,7 +165,9 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         if *lost.borrow() {
             return Ok(Exit::Lost);
         }
-        if let Target::Webhook(w) = target {
+        // While the endpoint is down, parked orders wait too: their clocks must not run out
+        // on an outage that is the endpoint's, not theirs.
+        if let (Target::Webhook(w), None) = (&mut *target, down_since) {
             let mut lost_wait = lost.clone();
             let retried = tokio::select! {
                 r = w.retry_due(&mut lanes, &ctx) => r?,
@@ -202,6 +213,15 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
             Err(e) => anyhow::bail!("reading the feed: {e}"),
         };
         let Some(last) = events.last() else {
+            if dirty {
+                let p = std::mem::take(&mut pending);
+                pending.cursor = p.cursor;
+                if !d.ledger.advance(id, fence, &p).await? {
+                    return Ok(Exit::Lost);
+                }
+                dirty = false;
+                flushed = Instant::now();
+            }
             metrics::gauge!(catalog::SINK_BACKLOG, &labels).set(0.0);
             continue;
         };
@@ -213,18 +233,18 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         };
         let fates = match sent {
             Ok(Batch::Delivered(fates)) => fates,
+            Ok(Batch::Stale) => return Ok(Exit::Lost),
             Ok(Batch::Down(error)) => {
                 down += 1;
+                let since = *down_since.get_or_insert_with(Instant::now);
                 // What earlier batches delivered is written before waiting.
                 let p = std::mem::take(&mut pending);
                 pending.cursor = p.cursor;
                 if !d.ledger.advance(id, fence, &p).await? {
                     return Ok(Exit::Lost);
                 }
-                let row = d.ledger.sink(id).await?;
-                let since = row.as_ref().and_then(|r| r.failing_since);
-                let max_age = d.cfg.webhook_max_age.as_micros() as i64;
-                if since.is_some_and(|s| crate::clock::now().timestamp_micros() - s >= max_age) {
+                dirty = false;
+                if since.elapsed() >= d.cfg.webhook_max_age {
                     let reason = format!(
                         "every delivery failed for --webhook-max-age ({:?}); last error: {error}",
                         d.cfg.webhook_max_age
@@ -242,6 +262,8 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
             Err(Halt::Gone(reason)) => return disable(d, id, &reason).await,
         };
         down = 0;
+        down_since = None;
+        dirty = true;
         pending.cursor = next;
         for (event, fate) in events.iter().zip(fates) {
             match fate {
@@ -310,26 +332,32 @@ impl Drop for KeepLease {
     }
 }
 
-/// Renews the lease every [`RENEW`]; says it is lost when another owner holds it, the sink
-/// was disabled or removed, or the last renewal that got through was issued so long ago that
-/// the lease may lapse within a [`RENEW`] (another instance may take it over from then on). A
-/// renewal that hangs counts as failed after a [`RENEW`].
-async fn keep_lease(d: Arc<Delivery>, id: String, fence: i64, lost: watch::Sender<bool>) {
-    let mut held_until = Instant::now() + LEASE;
+/// Renews the lease every [`RENEW`] and says it is lost when another owner holds it, the sink
+/// was disabled or removed, or no renewal got through in time: the holder gives up a whole
+/// [`RENEW`] before the lease it last renewed can lapse (`held_until`, counted from when that
+/// renewal was sent), however long a renewal hangs.
+async fn keep_lease(
+    d: Arc<Delivery>,
+    id: String,
+    fence: i64,
+    mut held_until: Instant,
+    lost: watch::Sender<bool>,
+) {
     loop {
-        tokio::time::sleep(RENEW).await;
+        let give_up = held_until - RENEW;
+        tokio::time::sleep_until((Instant::now() + RENEW).min(give_up)).await;
+        if Instant::now() >= give_up {
+            break;
+        }
         let issued = Instant::now();
         let now = crate::clock::now().timestamp_micros();
-        match tokio::time::timeout(RENEW, d.ledger.lease(&id, &d.owner, now, LEASE)).await {
+        match tokio::time::timeout_at(give_up, d.ledger.lease(&id, &d.owner, now, LEASE)).await {
             Ok(Ok(Some((f, _)))) if f == fence => held_until = issued + LEASE,
             Ok(Ok(_)) => break,
             Ok(Err(e)) => {
                 tracing::warn!(sink = %id, error = %format!("{e:#}"), "renewing a sink's lease failed");
             }
             Err(_) => tracing::warn!(sink = %id, "renewing a sink's lease took too long"),
-        }
-        if Instant::now() + RENEW >= held_until {
-            break;
         }
     }
     let _ = lost.send(true);

@@ -58,6 +58,8 @@ pub enum Batch {
     Delivered(Vec<Fate>),
     /// Every attempt failed: the endpoint is down; nothing parked, the batch is sent again.
     Down(String),
+    /// The stream holds events past this batch from another holder: this one lost its lease.
+    Stale,
 }
 
 /// An event of a delivered batch.
@@ -66,7 +68,8 @@ pub enum Fate {
     Parked(Parked),
 }
 
-/// The lanes (orders) with parked events: `true` when one of them is dead.
+/// The lanes (orders) with parked events, as the ledger last listed them (the value, whether
+/// the lane is dead, is for the logs: rows parked behind a lane need no state of their own).
 pub type Lanes = HashMap<String, bool>;
 
 fn lane_of(e: &Event) -> &str {
@@ -81,11 +84,17 @@ fn now() -> i64 {
 }
 
 impl Webhook {
-    pub fn new(sink: &SinkRow) -> Webhook {
-        Webhook {
+    /// The endpoint of `sink`; an error when its stored secret does not parse (it is then
+    /// disabled rather than sent unsigned).
+    pub fn new(sink: &SinkRow) -> Result<Webhook, String> {
+        let key = match sink.secret.as_deref() {
+            Some(s) => Some(Key::parse(s).map_err(|e| format!("its secret does not parse: {e}"))?),
+            None => None,
+        };
+        Ok(Webhook {
             url: sink.target.clone(),
-            key: sink.secret.as_deref().and_then(|s| Key::parse(s).ok()),
-        }
+            key,
+        })
     }
 
     /// Sends a batch, one attempt per event: an order's events one after the other, stopping
@@ -133,17 +142,15 @@ impl Webhook {
         let mut runs = Vec::new();
         for lane in order {
             let name = lane_of(&events[lane[0]]);
-            match lanes.get(name) {
-                Some(&dead) => {
-                    let state = if dead { "dead" } else { "retrying" };
-                    for i in lane {
-                        fates[i] = Some(Fate::Parked(park(i, state, 0, BEHIND)));
-                    }
+            if lanes.contains_key(name) {
+                for i in lane {
+                    fates[i] = Some(Fate::Parked(park(i, "retrying", 0, BEHIND)));
                 }
-                None => runs.push(lane),
+            } else {
+                runs.push(lane);
             }
         }
-        let (mut taken, mut failed) = (0usize, None::<String>);
+        let (mut taken, mut failed, attempted) = (0usize, None::<String>, runs.len());
         let concurrency = ctx.cfg().webhook_concurrency as usize;
         let mut sent = futures::stream::iter(runs.into_iter().map(|lane| {
             let bodies = &bodies;
@@ -190,7 +197,9 @@ impl Webhook {
                 });
             }
         }
-        if taken == 0 {
+        // Every attempt refused, on more than one order: the endpoint is down. One order's
+        // events refused alone are that order's trouble: parked, as when others are taken.
+        if taken == 0 && attempted > 1 {
             if let Some(error) = failed {
                 return Ok(Batch::Down(error));
             }
@@ -201,7 +210,7 @@ impl Webhook {
             .collect();
         for f in &fates {
             if let Fate::Parked(p) = f {
-                lanes.entry(p.lane.clone()).or_insert(p.state == "dead");
+                lanes.entry(p.lane.clone()).or_insert(false);
             }
         }
         Ok(Batch::Delivered(fates))

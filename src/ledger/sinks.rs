@@ -79,8 +79,9 @@ pub struct NewSink {
     pub description: Option<String>,
 }
 
-/// An event of a sink set aside from its cursor: retrying (its order's head, or behind it)
-/// or dead; with the exact body sent.
+/// An event of a sink set aside from its cursor, with the exact body sent. Only a lane's first
+/// row's state counts: `retrying` (due at `next_attempt_at`) or `dead`; the rows behind it
+/// wait for it, and are dead letters while a row of their lane is dead.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Parked {
     pub pos: i64,
@@ -180,9 +181,11 @@ pub mod sql {
          s.description, s.enabled, s.disabled_reason, s.cursor, s.created_at, s.lease_owner, \
          s.lease_until, s.delivered, s.failures, s.failing_since, s.last_error, \
          s.last_delivered_at, s.lost, \
-         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.state = 'dead') \
+         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.lane IN \
+           (SELECT x.lane FROM sink_parked x WHERE x.sink_id = s.id AND x.state = 'dead')) \
            AS dead_letters, \
-         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.state = 'retrying') \
+         (SELECT COUNT(*) FROM sink_parked d WHERE d.sink_id = s.id AND d.lane NOT IN \
+           (SELECT x.lane FROM sink_parked x WHERE x.sink_id = s.id AND x.state = 'dead')) \
            AS retrying \
          FROM sinks s";
     /// A new sink's fence starts at its creation time, so a sink removed and added again
@@ -226,7 +229,7 @@ pub mod sql {
                          WHERE q.sink_id = p.sink_id AND q.lane = p.lane) \
          ORDER BY p.pos LIMIT $3";
     pub const TAKEN: &str = "DELETE FROM sink_parked WHERE sink_id = $1 AND pos = $2";
-    pub const NEXT_DUE: &str = "UPDATE sink_parked SET next_attempt_at = $3, \
+    pub const NEXT_DUE: &str = "UPDATE sink_parked SET next_attempt_at = $3, state = 'retrying', \
          first_attempt_at = CASE WHEN attempts = 0 THEN $3 ELSE first_attempt_at END \
          WHERE sink_id = $1 AND pos = (SELECT MIN(pos) FROM sink_parked \
                                         WHERE sink_id = $1 AND lane = $2)";
@@ -237,9 +240,14 @@ pub mod sql {
     pub const DEAD: &str = "UPDATE sink_parked SET state = 'dead', last_error = \
          CASE WHEN attempts > 0 THEN $3 ELSE 'behind a dead letter of its order' END \
          WHERE sink_id = $1 AND lane = $2";
-    pub const DEAD_LIST: &str = "SELECT pos, event_id, lane, body, state, attempts, \
+    /// A lane is dead while a row of it is (its first row died, and took the rows parked
+    /// behind it then): every row of such a lane is a dead letter, including those parked
+    /// behind it later, whatever state they were written with.
+    pub const DEAD_LIST: &str = "SELECT pos, event_id, lane, body, 'dead' AS state, attempts, \
          first_attempt_at, next_attempt_at, last_error FROM sink_parked \
-         WHERE sink_id = $1 AND state = 'dead' ORDER BY pos LIMIT $2";
+         WHERE sink_id = $1 AND lane IN \
+           (SELECT x.lane FROM sink_parked x WHERE x.sink_id = $1 AND x.state = 'dead') \
+         ORDER BY pos LIMIT $2";
     pub const REPLAY: &str = "UPDATE sink_parked SET state = 'retrying', next_attempt_at = $2, \
          first_attempt_at = $2 WHERE sink_id = $1 AND state = 'dead'";
 }

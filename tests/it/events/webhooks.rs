@@ -411,3 +411,38 @@ async fn a_receiver_down_for_30_s_gets_everything_once_back() {
     assert!(e.get("failing_since").is_none(), "{e}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_lone_refused_order_does_not_hold_back_the_next_one() {
+    let mut r = Receiver::start(SECRET, 204);
+    r.run_with(204, &["--refuse-user", "u0"]);
+    let app = with_webhook(r.url(), |cfg| {
+        cfg.delivery.webhook_max_backoff = Duration::from_secs(300);
+    })
+    .await;
+    app.create(json!({"id": "lone", "stock": 5, "per_user_limit": 1}))
+        .await;
+    // u0's win is refused while it is the only event in flight: its order is parked, the
+    // endpoint is not taken for down (which would wait out a backoff of up to 5 minutes).
+    app.claim("lone", "u0", 1).await;
+    // Refused four times by now: an endpoint taken for down would wait 8 s or more next.
+    wait_endpoint(&app, "u0's order parked and retried", |e| {
+        e["retrying"] == 1 && e["failed_attempts"].as_u64() >= Some(4)
+    })
+    .await;
+    let started = std::time::Instant::now();
+    app.claim("lone", "u1", 1).await;
+    let feed = feed_of(&app.client).await;
+    let others: Vec<Value> = feed
+        .iter()
+        .filter(|e| e["order"]["user_id"] != "u0")
+        .cloned()
+        .collect();
+    r.wait_for_all(&ids(&others), Duration::from_secs(10)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "u1's win waited {:?}",
+        started.elapsed()
+    );
+    app.stop().await;
+}
