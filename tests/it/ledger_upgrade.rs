@@ -18,8 +18,12 @@ use seckill::domain::{Order, OrderState, Outcome};
 use crate::process::Proc;
 
 /// Rebuilds `orders` as migration 0005 left it and forgets that 0006 ran.
-/// Undoes migrations 0009 (the event feed) and 0008 (the ledger's rules).
+/// Undoes migrations 0010 (the event sinks), 0009 (the event feed) and 0008 (the ledger's
+/// rules).
 const BEFORE_0008: &str = "
+DROP TRIGGER IF EXISTS sinks_cursor_forward;
+DROP TABLE sink_parked;
+DROP TABLE sinks;
 DROP TRIGGER IF EXISTS feed_order_moved;
 DROP TRIGGER IF EXISTS feed_campaign_created;
 DROP TRIGGER IF EXISTS feed_campaign_restocked;
