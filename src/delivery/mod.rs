@@ -14,6 +14,7 @@
 //! slow or dead receiver grows the sink's backlog, never the claims' latency.
 
 mod backoff;
+mod lease;
 pub mod nats;
 mod runner;
 pub mod sign;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{nats, webhook, Delivery, BATCH, FLUSH, LEASE, RENEW};
+use super::{lease, nats, webhook, Delivery, BATCH, FLUSH, LEASE, RENEW};
 use crate::domain::{Error, Event, EventFilter};
 use crate::ledger::sinks::{Progress, SinkKind, SinkRow};
 use crate::telemetry::catalog;
@@ -116,7 +116,7 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
     metrics::gauge!(catalog::SINK_HOLDER, &labels).set(1.0);
     metrics::gauge!(catalog::SINK_ENABLED, &labels).set(1.0);
     let (lost_tx, lost) = watch::channel(false);
-    let _keeper = KeepLease(tokio::spawn(keep_lease(
+    let _keeper = lease::KeepLease(tokio::spawn(lease::keep(
         d.clone(),
         id.to_owned(),
         fence,
@@ -321,44 +321,4 @@ async fn deliver(
         Target::Webhook(w) => w.deliver(events, lanes, ctx).await,
         Target::Nats(n) => Ok(n.deliver(events, ctx).await),
     }
-}
-
-/// Aborts the lease keeper when the loop that holds the lease ends.
-struct KeepLease(tokio::task::JoinHandle<()>);
-
-impl Drop for KeepLease {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Renews the lease every [`RENEW`] and says it is lost when another owner holds it, the sink
-/// was disabled or removed, or no renewal got through in time: the holder gives up a whole
-/// [`RENEW`] before the lease it last renewed can lapse (`held_until`, counted from when that
-/// renewal was sent), however long a renewal hangs.
-async fn keep_lease(
-    d: Arc<Delivery>,
-    id: String,
-    fence: i64,
-    mut held_until: Instant,
-    lost: watch::Sender<bool>,
-) {
-    loop {
-        let give_up = held_until - RENEW;
-        tokio::time::sleep_until((Instant::now() + RENEW).min(give_up)).await;
-        if Instant::now() >= give_up {
-            break;
-        }
-        let issued = Instant::now();
-        let now = crate::clock::now().timestamp_micros();
-        match tokio::time::timeout_at(give_up, d.ledger.lease(&id, &d.owner, now, LEASE)).await {
-            Ok(Ok(Some((f, _)))) if f == fence => held_until = issued + LEASE,
-            Ok(Ok(_)) => break,
-            Ok(Err(e)) => {
-                tracing::warn!(sink = %id, error = %format!("{e:#}"), "renewing a sink's lease failed");
-            }
-            Err(_) => tracing::warn!(sink = %id, "renewing a sink's lease took too long"),
-        }
-    }
-    let _ = lost.send(true);
 }

@@ -34,8 +34,13 @@ pub struct App {
 
 impl App {
     pub async fn spawn(deploy: Deploy) -> App {
+        App::spawn_tuned(deploy, |_| {}).await
+    }
+
+    /// [`App::spawn`] with the `serve` settings adjusted by `tune`.
+    pub async fn spawn_tuned(deploy: Deploy, tune: impl FnOnce(&mut ServeConfig)) -> App {
         match deploy {
-            Deploy::Embedded => App::spawn_with(|_| {}).await,
+            Deploy::Embedded => App::spawn_with(tune).await,
             Deploy::ScaleOut | Deploy::Cluster => {
                 let (urls, infra): (Vec<String>, Box<dyn std::any::Any + Send + Sync>) =
                     if deploy == Deploy::Cluster {
@@ -51,6 +56,7 @@ impl App {
                 cfg.scale.redis = urls.clone();
                 cfg.scale.postgres = Some(postgres.clone());
                 cfg.scale.pipeline.pg_connections = 4;
+                tune(&mut cfg);
                 let server = seckill::app::App::build(cfg.clone())
                     .await
                     .expect("scale-out server starts");

@@ -239,18 +239,38 @@ async fn wait_endpoint(app: &App, what: &str, done: impl Fn(&Value) -> bool) -> 
     }
 }
 
-#[tokio::test]
-async fn a_poison_event_holds_back_only_its_order_then_dies_and_a_replay_sends_it() {
+crate::conformance!(a_poison_event_holds_back_only_its_order_then_dies_and_a_replay_sends_it);
+
+/// The feed once it holds `n` events (in scale-out, wins reach the ledger through the
+/// pipeline, and the feed numbers them every 25 ms).
+async fn feed_until(client: &Client, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let feed = feed_of(client).await;
+        if feed.len() >= n || std::time::Instant::now() > deadline {
+            return feed;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn a_poison_event_holds_back_only_its_order_then_dies_and_a_replay_sends_it(
+    deploy: crate::helpers::Deploy,
+) {
     let mut r = Receiver::start(SECRET, 204);
     // The receiver refuses every event of u0's order, and takes the others.
     r.run_with(204, &["--refuse-user", "u0"]);
-    let app = with_webhook(r.url(), |cfg| {
+    let app = App::spawn_tuned(deploy, |cfg| {
+        cfg.delivery.webhooks = vec![r.url()];
+        cfg.delivery.webhook_secret = Some(Secret::new(SECRET));
         cfg.delivery.webhook_max_age = Duration::from_secs(3);
         cfg.delivery.webhook_max_backoff = Duration::from_secs(1);
     })
     .await;
     some_orders(&app.client, "dl", 6).await;
-    let feed = feed_of(&app.client).await;
+    // campaign.created, six wins, two confirms (orders 0 and 3), two cancels (0 and 5).
+    let feed = feed_until(&app.client, 11).await;
+    assert_eq!(feed.len(), 11, "{feed:?}");
     let poisoned: Vec<Value> = feed
         .iter()
         .filter(|e| e["order"]["user_id"] == "u0")
