@@ -200,13 +200,10 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
                     .increment(pruned - cursor);
                 pending.cursor = pruned;
                 pending.lost += pruned - cursor;
-                if !d
-                    .ledger
-                    .advance(id, fence, &std::mem::take(&mut pending))
-                    .await?
-                {
+                if !flush(d, id, fence, &mut pending).await? {
                     return Ok(Exit::Lost);
                 }
+                dirty = false;
                 cursor = pruned;
                 continue;
             }
@@ -214,9 +211,7 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         };
         let Some(last) = events.last() else {
             if dirty {
-                let p = std::mem::take(&mut pending);
-                pending.cursor = p.cursor;
-                if !d.ledger.advance(id, fence, &p).await? {
+                if !flush(d, id, fence, &mut pending).await? {
                     return Ok(Exit::Lost);
                 }
                 dirty = false;
@@ -238,9 +233,7 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
                 down += 1;
                 let since = *down_since.get_or_insert_with(Instant::now);
                 // What earlier batches delivered is written before waiting.
-                let p = std::mem::take(&mut pending);
-                pending.cursor = p.cursor;
-                if !d.ledger.advance(id, fence, &p).await? {
+                if !flush(d, id, fence, &mut pending).await? {
                     return Ok(Exit::Lost);
                 }
                 dirty = false;
@@ -286,13 +279,10 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
         // back): a storm's batches cost the ledger a few commits a second, not one each.
         let caught_up = events.len() < BATCH as usize;
         if caught_up || !pending.parked.is_empty() || flushed.elapsed() >= FLUSH {
-            if !d
-                .ledger
-                .advance(id, fence, &std::mem::take(&mut pending))
-                .await?
-            {
+            if !flush(d, id, fence, &mut pending).await? {
                 return Ok(Exit::Lost);
             }
+            dirty = false;
             flushed = Instant::now();
             if let Ok(head) = d.feed.head().await {
                 metrics::gauge!(catalog::SINK_BACKLOG, &labels)
@@ -300,6 +290,20 @@ async fn run_leased(d: &Arc<Delivery>, id: &str) -> anyhow::Result<Exit> {
             }
         }
     }
+}
+
+/// Writes `pending` under `fence` and empties it, keeping its cursor (where the next batch
+/// goes on from: an emptied progress must never move the ledger's cursor back). `false` when
+/// the fence is no longer the sink's.
+async fn flush(
+    d: &Arc<Delivery>,
+    id: &str,
+    fence: i64,
+    pending: &mut Progress,
+) -> anyhow::Result<bool> {
+    let p = std::mem::take(pending);
+    pending.cursor = p.cursor;
+    d.ledger.advance(id, fence, &p).await
 }
 
 /// Disables a sink that is gone (410) or failed for too long, and gives its lease up.
