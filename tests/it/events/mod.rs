@@ -5,6 +5,7 @@
 
 mod concurrent;
 mod nats;
+mod parked;
 pub(crate) mod receiver;
 mod sink_writes;
 pub(crate) mod webhooks;

@@ -168,17 +168,7 @@ async fn the_stream_holds_every_event_once_across_a_nats_server_kill() {
         );
     }
     // The kill was felt: publishing failed while the server was down, and went on after.
-    let metrics = app
-        .client
-        .http()
-        .get(format!("{}/metrics", app.admin_url()))
-        .bearer_auth(crate::helpers::TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::guards::metrics(&app.admin_url()).await;
     let failed = metrics
         .lines()
         .find(|l| l.starts_with("seckill_sink_events_total") && l.contains("outcome=\"failed\""))
