@@ -49,7 +49,10 @@ pub struct Webhook {
 enum Attempt {
     Taken,
     Gone,
+    /// The endpoint answered, but not 2xx.
     Failed(String),
+    /// No answer at all (refused, reset, timed out): the endpoint, not the event.
+    Unreachable(String),
 }
 
 /// How a batch ended.
@@ -151,6 +154,7 @@ impl Webhook {
             }
         }
         let (mut taken, mut failed, attempted) = (0usize, None::<String>, runs.len());
+        let unreachable = &std::sync::atomic::AtomicBool::new(false);
         let concurrency = ctx.cfg().webhook_concurrency as usize;
         let mut sent = futures::stream::iter(runs.into_iter().map(|lane| {
             let bodies = &bodies;
@@ -162,13 +166,17 @@ impl Webhook {
                         done.push((i, None));
                         continue;
                     }
-                    match self.attempt(&events[i].id, &bodies[i], ctx).await {
+                    let attempt = self.attempt(&events[i].id, &bodies[i], ctx).await;
+                    match &attempt {
                         Attempt::Taken => done.push((i, Some(Ok(now())))),
                         Attempt::Gone => return Err(gone(&self.url)),
-                        Attempt::Failed(error) => {
-                            ctx.failed(&error).await;
+                        Attempt::Failed(error) | Attempt::Unreachable(error) => {
+                            if matches!(attempt, Attempt::Unreachable(_)) {
+                                unreachable.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            ctx.failed(error).await;
                             refused = Some(error.clone());
-                            done.push((i, Some(Err(error))));
+                            done.push((i, Some(Err(error.clone()))));
                         }
                     }
                 }
@@ -197,9 +205,11 @@ impl Webhook {
                 });
             }
         }
-        // Every attempt refused, on more than one order: the endpoint is down. One order's
-        // events refused alone are that order's trouble: parked, as when others are taken.
-        if taken == 0 && attempted > 1 {
+        // Every attempt refused, on more than one order, or without an answer at all: the
+        // endpoint is down. One order's events refused alone by an endpoint that answers are
+        // that order's trouble: parked, as when others are taken.
+        let unreachable = unreachable.load(std::sync::atomic::Ordering::Relaxed);
+        if taken == 0 && (attempted > 1 || unreachable) {
             if let Some(error) = failed {
                 return Ok(Batch::Down(error));
             }
@@ -253,7 +263,7 @@ impl Webhook {
                         at: t,
                     }
                 }
-                Attempt::Failed(error) => {
+                Attempt::Failed(error) | Attempt::Unreachable(error) => {
                     ctx.failed(&error).await;
                     let attempts = p.attempts + 1;
                     let max_age = ctx.cfg().webhook_max_age.as_micros() as i64;
@@ -302,7 +312,7 @@ impl Webhook {
             Ok(r) if r.status().is_success() => Attempt::Taken,
             Ok(r) if r.status() == reqwest::StatusCode::GONE => Attempt::Gone,
             Ok(r) => Attempt::Failed(format!("answered {}", r.status())),
-            Err(e) => Attempt::Failed(format!("{e}")),
+            Err(e) => Attempt::Unreachable(format!("{e}")),
         }
     }
 }
