@@ -39,17 +39,21 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     })
 }
 
-/// The configured token, else the one kept in the data directory, else a new one (printed once).
-fn resolve_admin_token(cfg: &ServeConfig) -> anyhow::Result<String> {
+/// The configured token; none when only named tokens (`--token`, the config file's) are
+/// given; else the one kept in the data directory, else a new one (printed once).
+fn resolve_admin_token(cfg: &ServeConfig) -> anyhow::Result<Option<String>> {
     if let Some(t) = &cfg.admin_token {
         let t = t.expose();
         anyhow::ensure!(!t.trim().is_empty(), "--admin-token must not be empty");
-        return Ok(t.to_owned());
+        return Ok(Some(t.to_owned()));
+    }
+    if super::tokens::configured(cfg)? {
+        return Ok(None);
     }
     let file = cfg.data.join("admin-token");
     if let Ok(t) = std::fs::read_to_string(&file) {
         tracing::info!(file = %file.display(), "using the admin token kept in the data directory");
-        return Ok(t.trim().to_owned());
+        return Ok(Some(t.trim().to_owned()));
     }
     let token = hex::encode(rand::random::<[u8; 24]>());
     write_private(&cfg.data, &file, &token)?;
@@ -61,7 +65,7 @@ fn resolve_admin_token(cfg: &ServeConfig) -> anyhow::Result<String> {
         "generated admin token (kept in {}): {token}",
         file.display()
     )?;
-    Ok(token)
+    Ok(Some(token))
 }
 
 fn write_private(dir: &Path, file: &Path, contents: &str) -> anyhow::Result<()> {

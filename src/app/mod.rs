@@ -13,6 +13,7 @@
 
 pub mod embedded;
 pub mod scale_out;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
@@ -29,7 +30,7 @@ use crate::feed::Feed;
 use crate::guard::rate::RateLimiter;
 use crate::guard::soldout::StockBoard;
 use crate::guard::Guards;
-use crate::http::{self, AdminToken, HttpOptions};
+use crate::http::{self, HttpOptions};
 use crate::lock::Locks;
 use crate::supervise::Supervisor;
 
@@ -46,7 +47,8 @@ pub struct Parts {
     pub locks: Locks,
     /// The event feed of `/v1/events`, over the engine's ledger.
     pub feed: Arc<Feed>,
-    pub admin_token: String,
+    /// `--admin-token` (or the embedded deployment's generated one), if any.
+    pub admin_token: Option<String>,
 }
 
 /// An instance serving in this process.
@@ -54,7 +56,7 @@ pub struct App {
     pub addr: SocketAddr,
     /// The admin listener, when `--admin-listen` is set.
     pub admin_addr: Option<SocketAddr>,
-    pub admin_token: String,
+    pub admin_token: Option<String>,
     supervisor: Arc<Supervisor>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
@@ -143,9 +145,15 @@ impl App {
             fast_claims: !cfg.no_fast_claims,
             ..HttpOptions::default()
         };
+        let fixed = tokens::fixed(&cfg, parts.admin_token.as_deref())?;
+        let credentials = http::Credentials::new(tokens::all(&cfg, parts.admin_token.as_deref())?)
+            .map_err(|e| anyhow::anyhow!("tokens: {e}"))?;
+        if let Some(path) = &cfg.config {
+            tokens::watch(&supervisor, path.clone(), fixed, credentials.clone());
+        }
         let routers = http::routers(
             backend.clone(),
-            AdminToken::new(&parts.admin_token),
+            credentials,
             &http_opts,
             guards,
             admin_listener.is_some(),

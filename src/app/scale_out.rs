@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use super::Parts;
 use crate::config::{PipelineArgs, ServeConfig, WorkerConfig};
 use crate::engine::scale_out::{RedisConn, RedisSettings, RedisTarget, Scripts, LIMITS_REFRESH};
@@ -43,8 +41,11 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
         .admin_token
         .as_ref()
         .map(|t| t.expose().to_owned())
-        .filter(|t| !t.trim().is_empty())
-        .context("the scale-out deployment needs --admin-token (the same on every instance)")?;
+        .filter(|t| !t.trim().is_empty());
+    anyhow::ensure!(
+        admin_token.is_some() || super::tokens::configured(cfg)?,
+        "the scale-out deployment needs --admin-token or --token (the same on every instance)"
+    );
     let s = &cfg.scale;
     let (redis, pipeline) =
         target_and_pipeline(&s.redis, s.redis_cluster, &s.redis_sentinel, &s.pipeline)?;

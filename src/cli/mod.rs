@@ -30,6 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP service (embedded deployment by default).
+    #[command(args_override_self = true)]
     Serve(Box<crate::config::ServeConfig>),
     /// Run seed 000's scenario (10 coupons, 100 users, 20 at a time) against an in-process
     /// server and check its outcome.
@@ -37,6 +38,7 @@ enum Command {
     /// Print a signed identity token (X-Seckill-User) for a user: for trying a deployment
     /// that has --user-signing-key set.
     SignUser(sign_user::SignUserOpts),
+    #[command(args_override_self = true)]
     /// Run only the scale-out order pipeline (Redis Streams → PostgreSQL), for deployments
     /// whose `serve` instances run with --no-worker.
     Worker(crate::config::WorkerConfig),
@@ -60,7 +62,17 @@ enum Command {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.len() == 1 {
+        argv.push("serve".into()); // `seckill` alone serves
+    }
+    let argv = match crate::config::file::expand(argv, &<Cli as clap::CommandFactory>::command()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e:#}\n")).exit()
+        }
+    };
+    let cli = Cli::parse_from(argv);
     let command = cli
         .command
         .unwrap_or_else(|| Command::Serve(Box::new(crate::config::ServeConfig::parse_default())));
@@ -120,5 +132,38 @@ mod tests {
     #[test]
     fn command_line_definition_is_consistent() {
         <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_override_the_config_file_and_lists_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seckill.toml");
+        std::fs::write(
+            &path,
+            "max-batch = 64\nlisten = \"127.0.0.1:9000\"\nwebhook = [\"http://a/1\"]\n",
+        )
+        .unwrap();
+        let argv: Vec<std::ffi::OsString> = [
+            "seckill",
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--max-batch",
+            "8",
+            "--webhook",
+            "http://a/2",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        let cmd = <super::Cli as clap::CommandFactory>::command();
+        let argv = crate::config::file::expand(argv, &cmd).unwrap();
+        let cli = <super::Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        let Some(super::Command::Serve(cfg)) = cli.command else {
+            panic!("serve");
+        };
+        assert_eq!(cfg.max_batch, 8);
+        assert_eq!(cfg.listen.port(), 9000);
+        assert_eq!(cfg.delivery.webhooks, ["http://a/1", "http://a/2"]);
     }
 }

@@ -10,6 +10,7 @@ use crate::guard::args::GuardArgs;
 use crate::guard::secret::Secret;
 
 mod delivery;
+pub mod file;
 mod scale_out;
 
 pub use delivery::DeliveryArgs;
@@ -33,6 +34,11 @@ pub enum SyncMode {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeConfig {
+    /// Settings file (TOML; the keys are these flags' names). Flags and SECKILL_* variables
+    /// override it. Its `token` list is read again on SIGHUP and whenever the file changes.
+    #[arg(long, env = "SECKILL_CONFIG")]
+    pub config: Option<PathBuf>,
+
     /// Address to listen on.
     #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -45,6 +51,18 @@ pub struct ServeConfig {
     /// once and kept in `<data>/admin-token`.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<Secret>,
+
+    /// A named credential: NAME:SCOPE[+SCOPE…]:SECRET, scopes admin (everything), confirm
+    /// (confirming orders), read (views, feed, metrics, dashboard) and locks; SECRET (16+
+    /// characters) may be given as `sha256:HEX` (its SHA-256). Repeatable; several may be
+    /// valid at once, so one is rotated without downtime.
+    #[arg(
+        long = "token",
+        env = "SECKILL_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub tokens: Vec<Secret>,
 
     /// Serve the admin routes (and /metrics) only on this address; they answer 404 on
     /// --listen. Unset: everything on --listen.
@@ -129,9 +147,11 @@ impl ServeConfig {
     /// Settings for an embedded server in `data` listening on a free loopback port.
     pub fn ephemeral(data: PathBuf, admin_token: &str) -> Self {
         Self {
+            config: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data,
             admin_token: Some(Secret::new(admin_token)),
+            tokens: Vec::new(),
             admin_listen: None,
             sync: SyncMode::Full,
             max_batch: 4096,

@@ -167,6 +167,11 @@ impl PipelineArgs {
 /// `seckill worker`: only the order pipeline, against the same Redis and PostgreSQL.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerConfig {
+    /// Settings file (TOML; the keys are the flags' names), shared with `serve`: keys only
+    /// `serve` has are left to it. Flags and SECKILL_* variables override it.
+    #[arg(long, env = "SECKILL_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+
     /// Redis of the gate (comma-separated URLs: a Redis Cluster).
     #[arg(
         long,

@@ -19,7 +19,7 @@ use tower::ServiceExt;
 use super::split;
 use crate::engine::backend::Backend;
 use crate::engine::{Embedded, EmbeddedOptions};
-use crate::http::{router, AdminToken, HttpOptions};
+use crate::http::{router, Credentials, HttpOptions};
 
 const TOKEN: &str = "fuzz-admin-token";
 
@@ -53,7 +53,7 @@ fn world() -> &'static World {
         let router = router(
             backend.clone(),
             backend.board(),
-            AdminToken::new(TOKEN),
+            Credentials::admin(TOKEN),
             &opts,
         );
         drop(entered);

@@ -14,7 +14,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::extract::Admin;
+use super::extract::Caller;
 use super::AppState;
 use crate::telemetry::exposition;
 
@@ -99,7 +99,7 @@ pub async fn style() -> impl IntoResponse {
     security(("admin_token" = [])),
     responses((status = 200, description = "The dashboard's figures: campaigns and metric samples.", content_type = "application/json", body = serde_json::Value)),
 )]
-pub async fn data(_: Admin, State(app): State<AppState>) -> Json<Value> {
+pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
     let text = super::guarded::exposition(&app).await;
     let samples: Vec<_> = exposition::parse(&text)
         .into_iter()

@@ -89,6 +89,11 @@ pub struct ErrorDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, nullable = false, pattern = "^unknown$")]
     pub outcome: Option<&'static str>,
+    /// The request's id (its `X-Request-Id`, given or generated): quote it to find the
+    /// request's log lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub request_id: Option<String>,
 }
 
 /// The `code` of an error answer (the schema of [`ErrorDetail::code`]; [`ApiError`] carries
@@ -99,6 +104,7 @@ pub struct ErrorDetail {
 pub enum ErrorCode {
     InvalidRequest,
     Unauthorized,
+    Forbidden,
     NotFound,
     Conflict,
     CursorExpired,
@@ -110,9 +116,10 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [&'static str; 10] = [
+    pub const ALL: [&'static str; 11] = [
         "invalid_request",
         "unauthorized",
+        "forbidden",
         "not_found",
         "conflict",
         "cursor_expired",
@@ -150,6 +157,7 @@ impl IntoResponse for ApiError {
                 code: self.code,
                 message: self.message,
                 outcome: self.outcome_unknown.then_some("unknown"),
+                request_id: super::request_id::current_str(),
             },
         };
         let mut resp = (self.status, Json(body)).into_response();
@@ -184,6 +192,7 @@ mod tests {
         for (i, v) in [
             ErrorCode::InvalidRequest,
             ErrorCode::Unauthorized,
+            ErrorCode::Forbidden,
             ErrorCode::NotFound,
             ErrorCode::Conflict,
             ErrorCode::CursorExpired,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Admin, QueryArg};
+use super::extract::{Caller, QueryArg};
 use super::AppState;
 use crate::domain::{EventPage, EventQuery};
 
@@ -24,7 +24,7 @@ use crate::domain::{EventPage, EventQuery};
     ),
 )]
 pub async fn list_events(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     QueryArg(query): QueryArg<EventQuery>,
 ) -> Result<Json<EventPage>, ApiError> {

@@ -99,28 +99,29 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryArg<T> {
     }
 }
 
-/// Proof that the request carries the admin bearer token (compared in constant time).
-pub struct Admin;
+/// Proof that the request carries a token whose scopes allow the route
+/// (`super::auth::required`). An admin change (a route needing
+/// `admin`) is logged with the token's name.
+pub struct Caller;
 
-impl FromRequestParts<AppState> for Admin {
+impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+        let route = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map_or("", |m| m.as_str());
+        let need = super::auth::required(&parts.method, route);
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| unauthorized("this route needs Authorization: Bearer <admin token>"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .ok_or_else(|| unauthorized("Authorization must be 'Bearer <admin token>'"))?;
-        if state.admin_token.matches(token) {
-            Ok(Admin)
-        } else {
-            Err(unauthorized("the admin token is wrong"))
+            .map(|h| h.to_str().unwrap_or(""));
+        let token = state.credentials.authorize(header, need)?;
+        if need == super::auth::Scope::Admin {
+            tracing::info!(token = %token.name, method = %parts.method, route, "admin change");
         }
+        Ok(Caller)
     }
 }
 

@@ -170,6 +170,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Dispatch {
 
     fn call(&self, req: hyper::Request<Incoming>) -> Answer {
         let in_flight = Some(self.clock.begin());
+        let id = super::request_id::of(req.headers());
         let fast = self
             .fast
             .as_ref()
@@ -178,7 +179,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Dispatch {
         let body_timeout = self.body_timeout;
         let mut req = req.map(|b| axum::body::Body::new(TimedBody::new(b, body_timeout)));
         req.extensions_mut().insert(ConnectInfo(self.peer));
-        Answer(match fast {
+        let kind = match fast {
             Some((fast, id)) => Kind::Fast {
                 claim: fast.claim(req, id),
                 start: Instant::now(),
@@ -188,13 +189,18 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Dispatch {
                 call: self.router.clone().oneshot(req),
                 in_flight,
             },
-        })
+        };
+        Answer { kind, id }
     }
 }
 
-/// The answer of one request: the fast path's claim or the router's call, then the response
-/// body that ends the request on the connection's clock.
-pub struct Answer(Kind);
+/// The answer of one request: the fast path's claim or the router's call, polled with the
+/// request's id in `request_id::CURRENT`, then the response (carrying the id) whose body
+/// ends the request on the connection's clock.
+pub struct Answer {
+    kind: Kind,
+    id: axum::http::HeaderValue,
+}
 
 // The router's call stays inline, as it was before the fast path: no allocation added to the
 // other routes for the enum's sake.
@@ -215,7 +221,15 @@ impl Future for Answer {
     type Output = Result<Response, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (resp, in_flight) = match &mut self.get_mut().0 {
+        let me = self.get_mut();
+        let id = me.id.clone();
+        super::request_id::CURRENT.sync_scope(id, || me.poll_kind(cx))
+    }
+}
+
+impl Answer {
+    fn poll_kind(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response, Infallible>> {
+        let (mut resp, in_flight) = match &mut self.kind {
             Kind::Fast {
                 claim,
                 start,
@@ -236,6 +250,8 @@ impl Future for Answer {
             },
         };
         let in_flight = in_flight.take().expect("an answer is polled after its end");
+        resp.headers_mut()
+            .insert(super::request_id::HEADER, self.id.clone());
         Poll::Ready(Ok(ends_with(resp, in_flight)))
     }
 }

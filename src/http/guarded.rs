@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Admin, Body, PathArg};
+use super::extract::{Body, Caller, PathArg};
 use super::handlers::CAMPAIGN_ID;
 use super::AppState;
 use crate::domain::CampaignLimits;
@@ -80,7 +80,7 @@ pub(super) fn timed_out(app: &AppState, reached: bool) -> Response {
     ),
 )]
 pub async fn get_limits(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Result<Json<CampaignLimits>, ApiError> {
@@ -106,7 +106,7 @@ pub async fn get_limits(
     ),
 )]
 pub async fn put_limits(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     Body(body): Body<serde_json::Value>,
@@ -137,7 +137,7 @@ pub async fn put_limits(
     security(("admin_token" = [])),
     responses((status = 200, description = "Prometheus text exposition (see the README's metrics).", content_type = "text/plain", body = String)),
 )]
-pub async fn metrics(_: Admin, State(app): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(_: Caller, State(app): State<AppState>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,

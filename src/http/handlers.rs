@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Admin, Body, IdemHeader, PathArg, QueryArg};
+use super::extract::{Body, Caller, IdemHeader, PathArg, QueryArg};
 use super::AppState;
 use crate::domain::{
     AdminKey, CampaignView, Error, NewCampaign, NewCampaignBody, Order, OrderPage, OrderQuery,
@@ -38,7 +38,7 @@ type Answer<T> = Result<Json<T>, ApiError>;
     ),
 )]
 pub async fn create_campaign(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     IdemHeader(key): IdemHeader,
     Body(body): Body<NewCampaignBody>,
@@ -95,7 +95,7 @@ pub async fn get_campaign(
     ),
 )]
 pub async fn restock(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     IdemHeader(key): IdemHeader,
@@ -136,7 +136,7 @@ async fn set_status(
     ),
 )]
 pub async fn pause(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     key: IdemHeader,
@@ -162,7 +162,7 @@ pub async fn pause(
     ),
 )]
 pub async fn resume(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     key: IdemHeader,
@@ -188,7 +188,7 @@ pub async fn resume(
     ),
 )]
 pub async fn close(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     key: IdemHeader,
@@ -210,7 +210,7 @@ pub async fn close(
     ),
 )]
 pub async fn get_order(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<Order> {
@@ -231,7 +231,7 @@ pub async fn get_order(
     ),
 )]
 pub async fn list_orders(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     QueryArg(query): QueryArg<OrderQuery>,
@@ -252,7 +252,7 @@ pub async fn list_orders(
     ),
 )]
 pub async fn refused_orders(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<RefusedOrders> {
@@ -277,7 +277,7 @@ pub async fn refused_orders(
     ),
 )]
 pub async fn cancel(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     _key: IdemHeader,
@@ -311,7 +311,7 @@ pub async fn cancel(
     ),
 )]
 pub async fn confirm(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
     _key: IdemHeader,

@@ -72,6 +72,7 @@ pub async fn healthz(State(app): State<AppState>) -> (StatusCode, Json<Health>) 
                     code: "internal",
                     message: e.to_string(),
                     outcome: None,
+                    request_id: super::request_id::current_str(),
                 }),
                 details,
             },

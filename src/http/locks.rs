@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Admin, Body, PathArg};
+use super::extract::{Body, Caller, PathArg};
 use super::AppState;
 use crate::lock::{self, Attempt, Lease, LockError, Locks};
 
@@ -159,7 +159,7 @@ fn granted(lease: &Lease) -> Granted {
     ),
 )]
 pub async fn acquire(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(name): PathArg<String>,
     Body(body): Body<AcquireBody>,
@@ -194,7 +194,7 @@ pub async fn acquire(
     ),
 )]
 pub async fn extend(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(name): PathArg<String>,
     Body(body): Body<ExtendBody>,
@@ -222,7 +222,7 @@ pub async fn extend(
     ),
 )]
 pub async fn release(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(name): PathArg<String>,
     Body(body): Body<ReleaseBody>,

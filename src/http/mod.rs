@@ -11,6 +11,7 @@
 //! [`openapi`] (`GET /openapi.json`, page at `/docs/`).
 
 mod arrival;
+pub mod auth;
 mod claim;
 pub mod claim_body;
 mod dashboard;
@@ -28,6 +29,7 @@ pub mod openapi;
 mod openapi_rules;
 mod rate_limited;
 mod refusals;
+pub mod request_id;
 mod timed;
 mod timed_body;
 mod watchdog;
@@ -52,31 +54,7 @@ use crate::engine::backend::Backend;
 use crate::guard::soldout::StockBoard;
 use crate::guard::{GuardSettings, Guards};
 
-/// The admin bearer token. Never printed by `Debug`.
-#[derive(Clone)]
-pub struct AdminToken(Arc<str>);
-
-impl AdminToken {
-    pub fn new(token: &str) -> Self {
-        Self(token.into())
-    }
-
-    /// Constant-time comparison, so response timing reveals nothing about the token — not
-    /// even its length: both sides are hashed to 32 bytes first.
-    pub fn matches(&self, candidate: &str) -> bool {
-        use sha2::{Digest, Sha256};
-        use subtle::ConstantTimeEq;
-        let want = Sha256::digest(self.0.as_bytes());
-        let got = Sha256::digest(candidate.as_bytes());
-        want.ct_eq(&got).into()
-    }
-}
-
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AdminToken(<redacted>)")
-    }
-}
+pub use auth::Credentials;
 
 /// Limits of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -113,7 +91,8 @@ impl Default for HttpOptions {
 #[derive(Clone)]
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
-    pub admin_token: AdminToken,
+    /// The valid tokens and their scopes.
+    pub credentials: Credentials,
     pub guards: Arc<Guards>,
     /// The lock service of `/v1/locks` (none: 404).
     pub locks: Option<crate::lock::Locks>,
@@ -136,19 +115,19 @@ pub struct Routers {
 pub fn router(
     backend: Arc<dyn Backend>,
     board: Arc<StockBoard>,
-    admin_token: AdminToken,
+    credentials: Credentials,
     opts: &HttpOptions,
 ) -> Router {
     let guards =
         Guards::new(GuardSettings::default(), board).expect("default guard settings are valid");
-    routers(backend, admin_token, opts, guards, false).public
+    routers(backend, credentials, opts, guards, false).public
 }
 
 /// The routes over `backend` behind `guards`; `split_admin` puts the admin routes on a router
 /// of their own (for `--admin-listen`).
 pub fn routers(
     backend: Arc<dyn Backend>,
-    admin_token: AdminToken,
+    credentials: Credentials,
     opts: &HttpOptions,
     guards: Arc<Guards>,
     split_admin: bool,
@@ -158,7 +137,7 @@ pub fn routers(
     let locks = opts.locks.clone();
     let state = AppState {
         backend,
-        admin_token,
+        credentials,
         guards,
         locks,
         feed: opts.feed.clone(),

@@ -42,8 +42,10 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         description = "A flash-sale engine: never oversell, never hand out a code twice, never \
             let a user exceed the per-user limit, never lose an order once it answered `won`. \
             Bad input gets a 4xx with a JSON error and changes nothing. Admin routes need \
-            `Authorization: Bearer <admin token>` (`--admin-token`); with `--admin-listen` \
-            they are served only on that address. The reference text is docs/API.md.",
+            `Authorization: Bearer <token>` of a token with the route's scope (admin, \
+            confirm, read or locks; 403 names the one missing); with `--admin-listen` \
+            they are served only on that address. Every answer carries `X-Request-Id`. \
+            The reference text is docs/API.md.",
         license(name = "MIT OR Apache-2.0"),
     ),
     paths(
@@ -123,8 +125,10 @@ impl Modify for Common {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "The admin token of `--admin-token` / `SECKILL_ADMIN_TOKEN` (generated \
-                         into `<data>/admin-token` when unset).",
+                        "A token of `--token NAME:SCOPE:SECRET`, the config file's `token` list \
+                         or `--admin-token` (generated into `<data>/admin-token` when no token \
+                         is configured). Scopes: `admin` (everything), `confirm` (confirming \
+                         orders), `read` (every admin GET), `locks` (/v1/locks).",
                     ))
                     .build(),
             ),
@@ -153,7 +157,12 @@ impl Modify for Common {
                     );
                 }
                 if admin {
-                    add("401", "Missing or wrong admin token: nothing was changed.");
+                    add("401", "Missing or wrong token: nothing was changed.");
+                    add(
+                        "403",
+                        "The token lacks the scope this route needs (the message names it): \
+                         nothing was changed.",
+                    );
                 }
                 add(
                     "503",
@@ -161,6 +170,12 @@ impl Modify for Common {
                      and `Seckill-Outcome: unknown` mean the request may have taken effect \
                      (retry with the same Idempotency-Key to learn).",
                 );
+                for r in responses.values_mut() {
+                    if let RefOr::T(r) = r {
+                        r.headers
+                            .insert("X-Request-Id".to_owned(), request_id_header().into());
+                    }
+                }
             }
         }
     }
@@ -180,6 +195,22 @@ fn is_static_route(operation_id: &str) -> bool {
             | "dashboard_css"
             | "dashboard_data"
     )
+}
+
+/// `X-Request-Id`, on every answer.
+fn request_id_header() -> utoipa::openapi::Header {
+    HeaderBuilder::new()
+        .schema(Some(
+            utoipa::openapi::ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::Type::String)
+                .min_length(Some(1))
+                .max_length(Some(super::request_id::MAX_LEN)),
+        ))
+        .description(Some(
+            "The request's id: its own X-Request-Id (1 to 128 visible ASCII characters) or a \
+             generated one; in the request's log lines and error body too.",
+        ))
+        .build()
 }
 
 /// An error answer with the JSON error body and the headers its status carries.

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ErrorBody};
-use super::extract::{Admin, Body, PathArg};
+use super::extract::{Body, Caller, PathArg};
 use super::AppState;
 use crate::delivery::view::{DeadLetterList, Endpoint, EndpointList, NewEndpoint, Replaying};
 use crate::delivery::Delivery;
@@ -66,7 +66,7 @@ async fn view(d: &Delivery, row: SinkRow) -> Result<Endpoint, Error> {
     ),
 )]
 pub async fn create(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     Body(new): Body<NewEndpoint>,
 ) -> Result<(StatusCode, Json<Endpoint>), ApiError> {
@@ -110,7 +110,7 @@ pub async fn create(
     security(("admin_token" = [])),
     responses((status = 200, description = "Every webhook endpoint, oldest first, with its delivery state.", body = EndpointList)),
 )]
-pub async fn list(_: Admin, State(app): State<AppState>) -> Answer<EndpointList> {
+pub async fn list(_: Caller, State(app): State<AppState>) -> Answer<EndpointList> {
     let d = delivery(&app)?;
     let head = d.feed().head().await.map_err(failed)?;
     let now = crate::clock::now().timestamp_micros();
@@ -136,7 +136,7 @@ pub async fn list(_: Admin, State(app): State<AppState>) -> Answer<EndpointList>
     ),
 )]
 pub async fn get(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<Endpoint> {
@@ -157,7 +157,7 @@ pub async fn get(
     ),
 )]
 pub async fn delete(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -195,7 +195,7 @@ async fn set_enabled(app: &AppState, id: &str, enabled: bool) -> Answer<Endpoint
     ),
 )]
 pub async fn enable(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<Endpoint> {
@@ -215,7 +215,7 @@ pub async fn enable(
     ),
 )]
 pub async fn disable(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<Endpoint> {
@@ -235,7 +235,7 @@ pub async fn disable(
     ),
 )]
 pub async fn dead_letters(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Answer<DeadLetterList> {
@@ -260,7 +260,7 @@ pub async fn dead_letters(
     ),
 )]
 pub async fn replay(
-    _: Admin,
+    _: Caller,
     State(app): State<AppState>,
     PathArg(id): PathArg<String>,
 ) -> Result<(StatusCode, Json<Replaying>), ApiError> {

@@ -14,6 +14,7 @@ pub mod claims;
 pub mod exposition;
 pub mod process;
 pub mod registry;
+mod with_id;
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
@@ -33,12 +34,23 @@ pub fn init(json: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false);
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let format = tracing_subscriber::fmt::format().with_target(false);
     let installed = if json {
-        builder.json().try_init()
+        builder
+            .json()
+            .event_format(with_id::WithRequestId {
+                inner: format.json(),
+                json: true,
+            })
+            .try_init()
     } else {
-        builder.try_init()
+        builder
+            .event_format(with_id::WithRequestId {
+                inner: format,
+                json: false,
+            })
+            .try_init()
     };
     if installed.is_ok() {
         *LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);

@@ -12,6 +12,7 @@ mod cli;
 mod commit_failure;
 mod conformance;
 mod crash;
+mod deploy;
 mod events;
 mod fast_dispatch;
 mod fuzz_props;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use seckill::engine::embedded::{Embedded, EmbeddedOptions};
-use seckill::http::{openapi, AdminToken, HttpOptions};
+use seckill::http::{openapi, Credentials, HttpOptions};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -73,7 +73,7 @@ async fn embedded_router() -> (axum::Router, tempfile::TempDir) {
     let router = seckill::http::router(
         backend.clone() as Arc<dyn seckill::engine::backend::Backend>,
         backend.board(),
-        AdminToken::new(TOKEN),
+        Credentials::admin(TOKEN),
         &opts,
     );
     (router, dir)

@@ -201,7 +201,11 @@ async fn send(addr: &str, data: &std::path::Path, s: &Shape) -> Vec<u8> {
 
 async fn send_one(addr: &str, s: &Shape) -> Vec<u8> {
     let mut conn = TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!("{}\r\nhost: seckill\r\nconnection: close\r\n", s.line);
+    // A fixed request id: both paths answer with it (a generated one would differ).
+    let mut head = format!(
+        "{}\r\nhost: seckill\r\nconnection: close\r\nx-request-id: compare-1\r\n",
+        s.line
+    );
     for h in &s.headers {
         head.push_str(h);
         head.push_str("\r\n");

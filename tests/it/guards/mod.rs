@@ -6,6 +6,7 @@ mod admission;
 mod identity;
 mod rate;
 mod soldout;
+mod tokens;
 
 use std::process::Child;
 use std::sync::Arc;

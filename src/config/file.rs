@@ -1,0 +1,208 @@
+//! `--config seckill.toml`: the settings of `serve` and `worker` in a file, so an operator
+//! does not keep thirty flags in a unit file.
+//!
+//! The file's keys are the flags' own names (`admin-listen = "127.0.0.1:9090"`; an
+//! underscore may stand for the dash), one table, no sections. Its settings are read first,
+//! then the environment, then the command line: a flag or a set `SECKILL_*` variable
+//! overrides the file, so one instance can differ from the shared file without editing it.
+//! Rather than a second parser beside clap, the file is turned into the flags it stands for
+//! and clap checks them as it checks typed flags, with the same errors; an unknown key is
+//! refused with its name (a typo never falls back to a default in silence).
+//!
+//! `token` is read apart ([`tokens`]): its list is re-read on SIGHUP or when the file
+//! changes, so a credential is rotated without a restart (`crate::app::tokens`).
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// The key whose list of credentials is reloaded without a restart.
+pub const TOKENS_KEY: &str = "token";
+
+/// `argv` with the settings of its `--config` file (or `SECKILL_CONFIG`) put before the
+/// command line's own, for subcommand `sub` of `cmd`. Unchanged without a config file.
+pub fn expand(argv: Vec<OsString>, cmd: &clap::Command) -> anyhow::Result<Vec<OsString>> {
+    let Some(sub_at) = argv
+        .iter()
+        .position(|a| a == OsStr::new("serve") || a == OsStr::new("worker"))
+    else {
+        return Ok(argv);
+    };
+    let Some(path) = config_path(&argv[sub_at + 1..]) else {
+        return Ok(argv);
+    };
+    let sub = cmd
+        .find_subcommand(&argv[sub_at])
+        .ok_or_else(|| anyhow::anyhow!("no subcommand {:?}", argv[sub_at]))?;
+    let table = read(&path)?;
+    let mut from_file = Vec::new();
+    for (key, value) in &table {
+        let long = key.replace('_', "-");
+        if long == TOKENS_KEY || long == "config" {
+            continue;
+        }
+        if value.is_table() {
+            anyhow::bail!(
+                "{}: [{key}] is a section; the file is one table of flag names",
+                path.display()
+            );
+        }
+        let Some(arg) = flag(sub, &long) else {
+            // One file serves `serve` and `worker`: a key of the other is left to it.
+            let elsewhere = ["serve", "worker"]
+                .into_iter()
+                .filter_map(|n| cmd.find_subcommand(n))
+                .any(|c| flag(c, &long).is_some());
+            if elsewhere {
+                continue;
+            }
+            anyhow::bail!(
+                "{}: unknown setting {key:?} (the keys are the flags of `seckill serve` and `seckill worker`)",
+                path.display()
+            );
+        };
+        if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
+            continue; // the environment overrides the file
+        }
+        push(&mut from_file, &long, value, arg, &path)?;
+    }
+    let mut out = argv[..=sub_at].to_vec();
+    out.extend(from_file);
+    out.extend_from_slice(&argv[sub_at + 1..]);
+    Ok(out)
+}
+
+fn flag<'c>(cmd: &'c clap::Command, long: &str) -> Option<&'c clap::Arg> {
+    cmd.get_arguments()
+        .find(|a| a.get_long() == Some(long) && !a.is_hide_set())
+}
+
+/// The `--config` of a subcommand's arguments, or `SECKILL_CONFIG`.
+fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == OsStr::new("--") {
+            break;
+        }
+        if a == OsStr::new("--config") {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(p) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
+            return Some(PathBuf::from(p));
+        }
+    }
+    std::env::var_os("SECKILL_CONFIG").map(PathBuf::from)
+}
+
+fn read(path: &Path) -> anyhow::Result<toml::Table> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading the config file {}: {e}", path.display()))?;
+    text.parse::<toml::Table>()
+        .map_err(|e| anyhow::anyhow!("the config file {}: {e}", path.display()))
+}
+
+fn push(
+    out: &mut Vec<OsString>,
+    long: &str,
+    value: &toml::Value,
+    arg: &clap::Arg,
+    path: &Path,
+) -> anyhow::Result<()> {
+    use toml::Value;
+    let switch = matches!(
+        arg.get_action(),
+        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+    );
+    match value {
+        Value::Boolean(b) if switch => {
+            if *b {
+                out.push(format!("--{long}").into());
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                if matches!(item, Value::Array(_) | Value::Table(_)) {
+                    anyhow::bail!("{}: {long} holds a nested list", path.display());
+                }
+                push(out, long, item, arg, path)?;
+            }
+        }
+        Value::Table(_) => anyhow::bail!(
+            "{}: {long} is a section; the file is one table of flag names",
+            path.display()
+        ),
+        Value::String(s) => out.push(format!("--{long}={s}").into()),
+        Value::Integer(n) => out.push(format!("--{long}={n}").into()),
+        Value::Float(x) => out.push(format!("--{long}={x}").into()),
+        Value::Boolean(b) => out.push(format!("--{long}={b}").into()),
+        Value::Datetime(d) => out.push(format!("--{long}={d}").into()),
+    }
+    Ok(())
+}
+
+/// The `token` list of the config file at `path` (`NAME:SCOPE[+SCOPE…]:SECRET` each).
+pub fn tokens(path: &Path) -> anyhow::Result<Vec<String>> {
+    let table = read(path)?;
+    match table.get(TOKENS_KEY) {
+        None => Ok(Vec::new()),
+        Some(toml::Value::String(s)) => Ok(vec![s.clone()]),
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| anyhow::anyhow!("{}: every token is a string", path.display()))
+            })
+            .collect(),
+        Some(_) => anyhow::bail!(
+            "{}: token is a list of NAME:SCOPE:SECRET strings",
+            path.display()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn expanded(file: &str, args: &[&str]) -> anyhow::Result<Vec<String>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seckill.toml");
+        std::fs::write(&path, file).unwrap();
+        let mut argv: Vec<OsString> = vec!["seckill".into(), "serve".into()];
+        argv.push("--config".into());
+        argv.push(path.clone().into());
+        argv.extend(args.iter().map(OsString::from));
+        let cmd = crate::cli::Cli::command();
+        Ok(expand(argv, &cmd)?
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect())
+    }
+
+    #[test]
+    fn the_file_becomes_flags_before_the_command_line() {
+        let got = expanded(
+            "listen = \"127.0.0.1:9000\"\nmax_batch = 64\nwebhook = [\"http://a/1\", \"http://a/2\"]\nno-worker = true\nlog-json = false\ntoken = [\"x:read:0123456789abcdef\"]\n",
+            &["--max-batch", "8"],
+        )
+        .unwrap();
+        let at = |s: &str| got.iter().position(|a| a == s);
+        assert!(at("--listen=127.0.0.1:9000").is_some(), "{got:?}");
+        assert!(at("--webhook=http://a/1").is_some() && at("--webhook=http://a/2").is_some());
+        assert!(at("--no-worker").is_some() && at("--log-json").is_none());
+        assert!(!got.iter().any(|a| a.starts_with("--token")), "{got:?}");
+        // The command line comes after the file, so its --max-batch wins.
+        assert!(at("--max-batch=64").unwrap() < at("--max-batch").unwrap());
+    }
+
+    #[test]
+    fn unknown_keys_and_sections_are_refused_by_name() {
+        let e = expanded("listen_adress = \"x\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("listen_adress"), "{e}");
+        let e = expanded("[server]\nlisten = \"x\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("section"), "{e}");
+        let e = expanded("listen = \n", &[]).unwrap_err();
+        assert!(e.to_string().contains("seckill.toml"), "{e}");
+    }
+}
