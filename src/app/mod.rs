@@ -68,6 +68,7 @@ impl App {
         crate::clock::spawn_step_watch();
         let nofile = http::fd_limit::raise();
         let supervisor = Supervisor::new();
+        crate::redis_conn::tls::configure(&cfg.scale.redis_tls)?;
         let parts = if cfg.scale.selected()? {
             scale_out::assemble(&cfg, &supervisor).await?
         } else {
@@ -148,9 +149,7 @@ impl App {
         let fixed = tokens::fixed(&cfg, parts.admin_token.as_deref())?;
         let credentials = http::Credentials::new(tokens::all(&cfg, parts.admin_token.as_deref())?)
             .map_err(|e| anyhow::anyhow!("tokens: {e}"))?;
-        if let Some(path) = &cfg.config {
-            tokens::watch(&supervisor, path.clone(), fixed, credentials.clone());
-        }
+        tokens::watch(&supervisor, cfg.config.clone(), fixed, credentials.clone())?;
         let routers = http::routers(
             backend.clone(),
             credentials,

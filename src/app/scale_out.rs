@@ -101,6 +101,7 @@ impl Worker {
     /// Opens the ledger, checks Redis's settings, loads the scripts and starts the pipeline.
     pub async fn build(cfg: &WorkerConfig) -> anyhow::Result<Worker> {
         crate::clock::spawn_step_watch();
+        crate::redis_conn::tls::configure(&cfg.redis_tls)?;
         let (target, opts) = target_and_pipeline(
             &cfg.redis,
             cfg.redis_cluster,

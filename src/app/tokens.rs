@@ -55,44 +55,80 @@ pub fn all(cfg: &ServeConfig, admin: Option<&str>) -> anyhow::Result<Vec<Token>>
     Ok(tokens)
 }
 
-/// Re-reads the config file's tokens into `creds` on SIGHUP and when the file changes.
-pub fn watch(supervisor: &Arc<Supervisor>, path: PathBuf, fixed: Vec<Token>, creds: Credentials) {
+/// Re-reads the config file's tokens into `creds` on SIGHUP and when the file changes. The
+/// SIGHUP handler is installed even without a config file, so `systemctl reload` never ends
+/// the process (SIGHUP's default action); it then only says there is nothing to reload.
+pub fn watch(
+    supervisor: &Arc<Supervisor>,
+    path: Option<PathBuf>,
+    fixed: Vec<Token>,
+    creds: Credentials,
+) -> anyhow::Result<()> {
+    // Installed now, before the server answers: a reload during start-up is not fatal.
+    let hup = std::sync::Arc::new(tokio::sync::Mutex::new(hangups()?));
     supervisor.spawn("token-reload", move |_| {
-        let (path, fixed, creds) = (path.clone(), fixed.clone(), creds.clone());
+        let (path, fixed, creds, hup) = (path.clone(), fixed.clone(), creds.clone(), hup.clone());
         async move {
-            let mut hup = hangups()?;
+            let mut hup = hup.lock().await;
+            let Some(path) = path else {
+                loop {
+                    hup.recv().await;
+                    tracing::info!("SIGHUP: no --config file, nothing to reload");
+                }
+            };
             let mut seen = modified(&path);
             loop {
                 let signalled = tokio::select! {
                     _ = hup.recv() => true,
                     _ = tokio::time::sleep(WATCH_EVERY) => false,
                 };
-                let now = modified(&path);
-                if !signalled && now == seen {
+                let before = modified(&path);
+                if !signalled && before == seen {
                     continue;
                 }
-                seen = now;
                 reload(&path, &fixed, &creds, signalled);
+                // A file that changed while it was read is read again at the next look.
+                seen = if modified(&path) == before {
+                    before
+                } else {
+                    None
+                };
             }
         }
     });
+    Ok(())
 }
 
-fn reload(path: &Path, fixed: &[Token], creds: &Credentials, signalled: bool) {
+/// Reloads; `false` when the file was refused (the valid set is then unchanged).
+fn reload(path: &Path, fixed: &[Token], creds: &Credentials, signalled: bool) -> bool {
     let why = if signalled { "SIGHUP" } else { "file changed" };
     let mut tokens = fixed.to_vec();
-    match from_file(path) {
+    // The whole file is checked as at start, and must still hold a `token` list: a file cut
+    // short mid-write or a misspelled key never revokes every token in silence.
+    let checked = crate::config::file::check(path).and_then(|()| {
+        anyhow::ensure!(
+            crate::config::file::has_tokens_key(path)?,
+            "{} has no `token` list (write `token = []` to remove every token of the file)",
+            path.display()
+        );
+        from_file(path)
+    });
+    match checked {
         Ok(more) => tokens.extend(more),
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), why, "tokens not reloaded; the valid ones are unchanged");
-            return;
+            return false;
         }
     }
     let names: Vec<String> = tokens.iter().map(|t| t.name.to_string()).collect();
     match creds.replace(tokens) {
-        Ok(()) => tracing::info!(?names, why, "tokens reloaded"),
+        Ok(()) => {
+            tracing::info!(?names, why, "tokens reloaded");
+            true
+        }
         Err(e) => {
-            tracing::error!(error = %e, why, "tokens not reloaded; the valid ones are unchanged")
+            tracing::error!(error = %e, why, "tokens not reloaded; the valid ones are unchanged");
+            false
         }
     }
 }

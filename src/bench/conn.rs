@@ -104,9 +104,11 @@ impl Conn {
         path: &str,
         body: Bytes,
         idempotency_key: Option<&str>,
+        request_id: Option<&str>,
         timeout: Duration,
     ) -> anyhow::Result<Response> {
-        let result = tokio::time::timeout(timeout, self.exchange(path, body, idempotency_key))
+        let exchange = self.exchange(path, body, idempotency_key, request_id);
+        let result = tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {timeout:?}")));
         if result.is_err() {
@@ -121,6 +123,7 @@ impl Conn {
         path: &str,
         body: Bytes,
         idempotency_key: Option<&str>,
+        request_id: Option<&str>,
     ) -> anyhow::Result<Response> {
         let mut builder = Request::builder()
             .method(Method::POST)
@@ -129,6 +132,9 @@ impl Conn {
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(k) = idempotency_key {
             builder = builder.header("idempotency-key", k);
+        }
+        if let Some(id) = request_id {
+            builder = builder.header("x-request-id", id);
         }
         let req = builder.body(Full::new(body))?;
         let sender = match self.sender.as_mut() {

@@ -259,6 +259,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         non_2xx: tally.refused.clone(),
         bad_bodies: tally.bad_bodies,
         transport_errors: tally.transport_errors,
+        failed_request_ids: tally.failed_ids.clone(),
         unknown_outcomes: tally.unknown_outcomes,
         connects: tally.connects,
         generator_cpu_percent: cpu,

@@ -112,6 +112,8 @@ pub struct BenchReport {
     pub non_2xx: BTreeMap<u16, u64>,
     pub bad_bodies: u64,
     pub transport_errors: u64,
+    /// The `X-Request-Id`s of the first failed claims (no answer, a 5xx, a bad body).
+    pub failed_request_ids: Vec<String>,
     /// 503s whose claim may have been processed (the server's ledger failed mid-commit).
     pub unknown_outcomes: u64,
     pub connects: u64,
@@ -215,6 +217,13 @@ impl BenchReport {
             self.non_2xx.values().sum::<u64>()
         )?;
         writeln!(out, "Transport errors:       {}", self.transport_errors)?;
+        if !self.failed_request_ids.is_empty() {
+            writeln!(
+                out,
+                "Failed request ids:     {} (X-Request-Id, in the server's log)",
+                self.failed_request_ids.join(" ")
+            )?;
+        }
         if self.unknown_outcomes > 0 {
             writeln!(out, "Outcome unknown (503):  {}", self.unknown_outcomes)?;
         }

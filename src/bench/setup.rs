@@ -79,7 +79,7 @@ pub async fn presell(
     for i in 1..=MOST + 1 {
         let user = format!("presell-{i}");
         let body = Bytes::from(format!(r#"{{"user_id":"{user}","qty":1}}"#));
-        let resp = conn.post_json(&path, body, None, timeout).await?;
+        let resp = conn.post_json(&path, body, None, None, timeout).await?;
         anyhow::ensure!(
             resp.status == hyper::StatusCode::OK,
             "presell claim answered {}",

@@ -75,6 +75,20 @@ pub struct Tally {
     /// Send time of the latest qty-1 claim answered `sold_out`.
     pub last_sold_out_sent: Option<Instant>,
     pub connects: u64,
+    /// The `X-Request-Id`s of the first [`FAILED_IDS`] claims that failed (no answer, a 5xx,
+    /// a body that was not a claim answer): what to look up in the server's log.
+    pub failed_ids: Vec<String>,
+}
+
+/// How many failed requests' ids a report lists.
+pub const FAILED_IDS: usize = 20;
+
+/// The `X-Request-Id` of the bench's `i`-th claim: this run's random prefix and `i`, so a
+/// failed claim's id is known even when no answer came back.
+fn request_id(i: u64) -> String {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| format!("bench-{}", hex::encode(rand::random::<[u8; 4]>())));
+    format!("{run}-{i}")
 }
 
 fn histogram() -> Histogram<u64> {
@@ -96,6 +110,13 @@ impl Tally {
             answers: Vec::new(),
             last_sold_out_sent: None,
             connects: 0,
+            failed_ids: Vec::new(),
+        }
+    }
+
+    fn failed(&mut self, id: String) {
+        if self.failed_ids.len() < FAILED_IDS {
+            self.failed_ids.push(id);
         }
     }
 
@@ -124,6 +145,9 @@ impl Tally {
         self.answers.extend(o.answers);
         self.last_sold_out_sent = self.last_sold_out_sent.max(o.last_sold_out_sent);
         self.connects += o.connects;
+        for id in o.failed_ids {
+            self.failed(id);
+        }
     }
 
     /// Requests sent, answered or not.
@@ -263,8 +287,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             shot.user, shot.qty
         ));
         let sent = Instant::now();
+        let id = request_id(i);
         let reply = conn
-            .post_json(&path, body, shot.key.as_deref(), cfg.timeout)
+            .post_json(&path, body, shot.key.as_deref(), Some(&id), cfg.timeout)
             .await;
         let latency = scheduled.unwrap_or(sent).elapsed();
         live.done.fetch_add(1, Ordering::Relaxed);
@@ -273,6 +298,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             Err(e) => {
                 tracing::debug!(error = %format!("{e:#}"), "claim request failed");
                 t.transport_errors += 1;
+                t.failed(id);
                 live.errors.fetch_add(1, Ordering::Relaxed);
                 t.unanswered_key(&shot, cfg.keep_keyed, sent);
                 // A refused connect fails at once: do not spin on a server that is down.
@@ -288,6 +314,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             if says_outcome_unknown(&resp.body) {
                 t.unknown_outcomes += 1;
             }
+            if resp.status.is_server_error() {
+                t.failed(id);
+            }
             // Even a 503 that changed nothing held a place under the server's cap on kept
             // rejections while its commit was tried (docs/API.md), so it counts toward it.
             t.unanswered_key(&shot, cfg.keep_keyed, sent);
@@ -295,6 +324,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
         }
         let Ok(answer) = serde_json::from_slice::<ClaimAnswer>(&resp.body) else {
             t.bad_bodies += 1;
+            t.failed(id);
             live.errors.fetch_add(1, Ordering::Relaxed);
             continue;
         };

@@ -21,12 +21,15 @@ pub const TOKENS_KEY: &str = "token";
 /// `argv` with the settings of its `--config` file (or `SECKILL_CONFIG`) put before the
 /// command line's own, for subcommand `sub` of `cmd`. Unchanged without a config file.
 pub fn expand(argv: Vec<OsString>, cmd: &clap::Command) -> anyhow::Result<Vec<OsString>> {
-    let Some(sub_at) = argv
-        .iter()
-        .position(|a| a == OsStr::new("serve") || a == OsStr::new("worker"))
-    else {
+    // Only the subcommand itself, never an argument further on that happens to read so
+    // (`lock run L -- ./deploy serve` must not get the file's secrets in its argv).
+    let sub_at = 1;
+    if !argv
+        .get(sub_at)
+        .is_some_and(|a| a == OsStr::new("serve") || a == OsStr::new("worker"))
+    {
         return Ok(argv);
-    };
+    }
     let Some(path) = config_path(&argv[sub_at + 1..]) else {
         return Ok(argv);
     };
@@ -76,28 +79,55 @@ fn flag<'c>(cmd: &'c clap::Command, long: &str) -> Option<&'c clap::Arg> {
         .find(|a| a.get_long() == Some(long) && !a.is_hide_set())
 }
 
-/// The `--config` of a subcommand's arguments, or `SECKILL_CONFIG`.
+/// The `--config` of a subcommand's arguments (the last one, as clap takes it), or
+/// `SECKILL_CONFIG`.
 fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut found = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == OsStr::new("--") {
             break;
         }
         if a == OsStr::new("--config") {
-            return it.next().map(PathBuf::from);
-        }
-        if let Some(p) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
-            return Some(PathBuf::from(p));
+            found = it.next().map(PathBuf::from);
+        } else if let Some(p) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
+            found = Some(PathBuf::from(p));
         }
     }
-    std::env::var_os("SECKILL_CONFIG").map(PathBuf::from)
+    found.or_else(|| std::env::var_os("SECKILL_CONFIG").map(PathBuf::from))
+}
+
+/// Checks the whole file at `path` as a start with it would (TOML, known keys).
+pub fn check(path: &Path) -> anyhow::Result<()> {
+    let argv = vec![
+        OsString::from("seckill"),
+        "serve".into(),
+        "--config".into(),
+        path.into(),
+    ];
+    expand(argv, &<crate::cli::Cli as clap::CommandFactory>::command()).map(drop)
+}
+
+/// Whether the file at `path` has a `token` key (an empty list counts).
+pub fn has_tokens_key(path: &Path) -> anyhow::Result<bool> {
+    Ok(read(path)?.contains_key(TOKENS_KEY))
 }
 
 fn read(path: &Path) -> anyhow::Result<toml::Table> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("reading the config file {}: {e}", path.display()))?;
-    text.parse::<toml::Table>()
-        .map_err(|e| anyhow::anyhow!("the config file {}: {e}", path.display()))
+    // The parser's own message quotes the offending line, which may hold a secret: only
+    // the line number and the reason are told.
+    text.parse::<toml::Table>().map_err(|e| {
+        let line = e.span().map_or(0, |s| {
+            text[..s.start.min(text.len())].lines().count().max(1)
+        });
+        let reason = e.message().lines().next().unwrap_or("not TOML");
+        anyhow::anyhow!(
+            "the config file {} is not valid TOML at line {line}: {reason}",
+            path.display()
+        )
+    })
 }
 
 fn push(
@@ -194,6 +224,20 @@ mod tests {
         assert!(!got.iter().any(|a| a.starts_with("--token")), "{got:?}");
         // The command line comes after the file, so its --max-batch wins.
         assert!(at("--max-batch=64").unwrap() < at("--max-batch").unwrap());
+    }
+
+    #[test]
+    fn only_the_subcommand_itself_takes_the_file_and_errors_quote_no_secret() {
+        let argv: Vec<OsString> = ["seckill", "events", "tail", "serve", "--config", "/nope"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        let cmd = crate::cli::Cli::command();
+        assert_eq!(expand(argv.clone(), &cmd).unwrap(), argv);
+        let e = expanded("token = [\"ops:admin:supersecretvalue123\" \"x\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1") && !e.contains("supersecret"), "{e}");
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct ScaleOutArgs {
 
     #[command(flatten)]
     pub claim_batch: ClaimBatchArgs,
+
+    /// TLS to Redis (`rediss://` URLs): a private CA, a client certificate.
+    #[command(flatten)]
+    pub redis_tls: crate::redis_conn::tls::RedisTlsArgs,
 }
 
 /// How concurrent claims on one campaign are gathered into one Redis call (group commit).
@@ -202,6 +206,10 @@ pub struct WorkerConfig {
 
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+
+    /// TLS to Redis (`rediss://` URLs): a private CA, a client certificate.
+    #[command(flatten)]
+    pub redis_tls: crate::redis_conn::tls::RedisTlsArgs,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "SECKILL_LOG_JSON")]

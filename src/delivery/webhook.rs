@@ -51,7 +51,7 @@ enum Attempt {
     Gone,
     /// The endpoint answered, but not 2xx.
     Failed(String),
-    /// No answer at all (refused, reset, timed out): the endpoint, not the event.
+    /// No connection at all (refused, unresolvable, TLS failed): the endpoint, not the event.
     Unreachable(String),
 }
 
@@ -312,7 +312,11 @@ impl Webhook {
             Ok(r) if r.status().is_success() => Attempt::Taken,
             Ok(r) if r.status() == reqwest::StatusCode::GONE => Attempt::Gone,
             Ok(r) => Attempt::Failed(format!("answered {}", r.status())),
-            Err(e) => Attempt::Unreachable(format!("{e}")),
+            // Refused, unresolvable, no TLS: nothing reached the endpoint. A timeout or a
+            // reset after the request went out may be this event's doing (a receiver that
+            // chokes on it), so it counts as the event's failure.
+            Err(e) if e.is_connect() => Attempt::Unreachable(format!("{e}")),
+            Err(e) => Attempt::Failed(format!("{e}")),
         }
     }
 }

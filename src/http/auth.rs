@@ -104,14 +104,15 @@ impl Token {
         };
         let name_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
         if name.is_empty() || name.len() > 64 || !name.chars().all(name_ok) {
-            return Err(format!(
-                "token name {name:?}: 1 to 64 letters, digits, '-', '_' or '.'"
-            ));
+            // Never echoed: with its fields misplaced, the "name" may be the secret.
+            return Err("a token's name is 1 to 64 letters, digits, '-', '_' or '.'".into());
         }
         let mut list = Vec::new();
         for s in scopes.split('+') {
             let scope = Scope::parse(s).ok_or_else(|| {
-                format!("token {name}: unknown scope {s:?} (admin, confirm, read or locks)")
+                format!(
+                    "token {name}: unknown scope (the scopes are admin, confirm, read and locks)"
+                )
             })?;
             if !list.contains(&scope) {
                 list.push(scope);
@@ -132,7 +133,7 @@ impl Token {
                     "token {name}: the secret must have at least {MIN_SECRET} characters"
                 ))
             }
-            None if !secret.bytes().all(|b| b.is_ascii_graphic()) => {
+            None if !secret.bytes().all(|b| b.is_ascii_graphic() && b != b',') => {
                 return Err(format!(
                     "token {name}: the secret must be visible ASCII (no spaces or commas)"
                 ))
@@ -232,13 +233,23 @@ impl Credentials {
     }
 }
 
+/// Names are unique, and so are secrets: two tokens with one secret would give whoever holds
+/// it the scopes of both.
 fn check_names(tokens: &[Token]) -> Result<(), String> {
     let mut names: Vec<&str> = tokens.iter().map(|t| &*t.name).collect();
     names.sort_unstable();
-    match names.windows(2).find(|w| w[0] == w[1]) {
-        Some(w) => Err(format!("two tokens are named {:?}", w[0])),
-        None => Ok(()),
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("two tokens are named {:?}", w[0]));
     }
+    for (i, a) in tokens.iter().enumerate() {
+        if let Some(b) = tokens[i + 1..].iter().find(|b| b.hash == a.hash) {
+            return Err(format!(
+                "tokens {:?} and {:?} have the same secret",
+                a.name, b.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -258,11 +269,12 @@ mod tests {
         assert_eq!(Token::parse(&hashed).unwrap().hash, t.hash);
         for (bad, says) in [
             ("pay:confirm", "NAME:SCOPE"),
-            (":admin:0123456789abcdef", "token name"),
+            (":admin:0123456789abcdef", "name is 1 to 64"),
             ("pay:write:0123456789abcdef", "unknown scope"),
             ("pay:admin:short", "at least 16"),
             ("pay:admin:sha256:abcd", "64 hex"),
             ("pay:admin:0123456789 abcdef", "visible ASCII"),
+            ("pay:admin:0123456789,abcdef", "no spaces or commas"),
         ] {
             let e = Token::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
@@ -302,6 +314,11 @@ mod tests {
             Token::parse("a:admin:bbbbbbbbbbbbbbbbbb").unwrap(),
         ];
         assert!(c.replace(twice).unwrap_err().contains("two tokens"));
+        let same = vec![
+            Token::parse("a:read:aaaaaaaaaaaaaaaaaa").unwrap(),
+            Token::parse("b:admin:aaaaaaaaaaaaaaaaaa").unwrap(),
+        ];
+        assert!(c.replace(same).unwrap_err().contains("same secret"));
         assert!(format!("{c:?}").contains("new") && !format!("{c:?}").contains("hash"));
     }
 

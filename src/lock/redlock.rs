@@ -84,7 +84,7 @@ impl Redlock {
         let nodes = urls
             .iter()
             .map(|u| {
-                let client = redis::Client::open(u.as_str())
+                let client = crate::redis_conn::tls::client(u.as_str())
                     .map_err(|e| anyhow::anyhow!("invalid --lock-redis URL {u:?}: {e}"))?;
                 Ok(Node {
                     url: u.clone(),

@@ -20,6 +20,7 @@ use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 pub mod link;
 pub mod promotable;
 mod sentinel;
+pub mod tls;
 
 use link::{Endpoint, Health, Link, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 
@@ -75,7 +76,11 @@ impl RedisConn {
             return Ok(Self::Link(link));
         }
         if target.is_cluster() {
-            let client = ClusterClient::builder(target.urls.clone())
+            let mut builder = ClusterClient::builder(target.urls.clone());
+            if let Some(certs) = tls::certs().filter(|_| target.urls[0].starts_with("rediss:")) {
+                builder = builder.certs(certs);
+            }
+            let client = builder
                 .connection_timeout(CONNECT_TIMEOUT)
                 .response_timeout(RESPONSE_TIMEOUT)
                 // No retries inside the client: after a connection reset it cannot know whether

@@ -22,7 +22,7 @@ pub async fn resolve(sentinels: &[ConnectionInfo], master: &str) -> anyhow::Resu
     let mut last = None;
     for s in sentinels {
         let attempt = async {
-            let client = redis::Client::open(s.clone())?;
+            let client = super::tls::client(s.clone())?;
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&connection_config())
                 .await?;
@@ -33,7 +33,7 @@ pub async fn resolve(sentinels: &[ConnectionInfo], master: &str) -> anyhow::Resu
                 .await?;
             let (host, port) =
                 addr.with_context(|| format!("sentinel does not know {master:?}"))?;
-            anyhow::Ok(ConnectionAddr::Tcp(host, port))
+            anyhow::Ok(super::tls::like(ConnectionAddr::Tcp(host, port), s))
         };
         match attempt.await {
             Ok(addr) => return Ok(addr),

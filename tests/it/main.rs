@@ -31,3 +31,4 @@ mod process;
 mod scale_out;
 mod servers;
 mod storage_faults;
+mod tls;

@@ -259,7 +259,9 @@ enum Listen {
 async fn listen(url: &str, me: &std::sync::Weak<StockKeeper>) -> Result<(), Listen> {
     use futures::StreamExt;
     let connect = async {
-        let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
+        let mut pubsub = crate::redis_conn::tls::client(url)?
+            .get_async_pubsub()
+            .await?;
         pubsub.subscribe(CHANNEL).await?;
         anyhow::Ok(pubsub)
     };

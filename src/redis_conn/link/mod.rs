@@ -306,7 +306,7 @@ async fn open(endpoint: &Endpoint) -> anyhow::Result<(MultiplexedConnection, Con
     };
     let addr = info.addr.clone();
     let attempt = async {
-        let mut conn = redis::Client::open(info)?
+        let mut conn = super::tls::client(info)?
             .get_multiplexed_async_connection_with_config(&config())
             .await?;
         redis::cmd("PING").query_async::<()>(&mut conn).await?;

@@ -199,7 +199,7 @@ impl Promotable {
             match slot.as_ref() {
                 Some(c) => c.clone(),
                 None => {
-                    let c = redis::Client::open(info.clone())?
+                    let c = crate::redis_conn::tls::client(info.clone())?
                         .get_multiplexed_async_connection_with_config(&config())
                         .await?;
                     *slot = Some(c.clone());

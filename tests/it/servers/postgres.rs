@@ -20,6 +20,16 @@ pub struct PgServer {
 
 impl PgServer {
     pub fn start() -> PgServer {
+        Self::start_with(None)
+    }
+
+    /// A cluster that takes only TLS connections (`hostssl` in pg_hba.conf), serving the
+    /// PEM certificate `cert` (its chain) and key `key`.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> PgServer {
+        Self::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&std::path::Path, &std::path::Path)>) -> PgServer {
         let as_postgres = seckill::testing::postgres_user()
             .unwrap_or_else(|e| panic!("{e:#}"))
             .is_some();
@@ -34,12 +44,38 @@ impl PgServer {
         .unwrap();
         let user = servers::postgres_init(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
         let port = free_port();
-        let settings = [
+        let mut settings: Vec<String> = [
             "synchronous_commit=off",
             "full_page_writes=off",
             "max_connections=400",
             "shared_buffers=64MB",
-        ];
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if let Some((cert, key)) = tls {
+            let data = dir.path().join("data");
+            for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+                let at = data.join(to);
+                std::fs::copy(from, &at).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+                if let Some((uid, gid)) = user {
+                    std::os::unix::fs::chown(&at, Some(uid), Some(gid)).unwrap();
+                }
+            }
+            let hba = data.join("pg_hba.conf");
+            let rules = std::fs::read_to_string(&hba).unwrap();
+            let only_tls: String = rules
+                .lines()
+                .map(|l| match l.strip_prefix("host ") {
+                    Some(rest) => format!("hostssl {rest}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(&hba, only_tls).unwrap();
+            settings.push("ssl=on".into());
+        }
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
         let spec = servers::postgres_spec(dir.path(), port, user, &settings);
         let pg = PgServer {
             port,

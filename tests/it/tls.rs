@@ -1,0 +1,228 @@
+//! TLS to PostgreSQL and Redis, against real servers with certificates made here by
+//! `openssl`: a CA, a server certificate for `localhost` and 127.0.0.1, a client certificate,
+//! and a second CA that signed none of them. The scale-out deployment serves over a
+//! PostgreSQL that takes only TLS (`hostssl`, `sslmode=verify-full`) and a Redis TLS port
+//! that demands a client certificate; the wrong CA, or no client certificate, is refused at
+//! start with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::helpers::TOKEN;
+use crate::process::Proc;
+use crate::servers::{free_port, PgServer, RedisServer};
+
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn make() -> Certs {
+        let certs = Certs {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let d = certs.dir.path();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "wrong-ca"] {
+            openssl(
+                d,
+                &[
+                    &["req", "-x509"][..],
+                    &ec,
+                    &["-days", "2", "-keyout", &format!("{ca}.key")],
+                    &[
+                        "-out",
+                        &format!("{ca}.crt"),
+                        "-subj",
+                        &format!("/CN=seckill test {ca}"),
+                    ],
+                    &["-addext", "basicConstraints=critical,CA:TRUE"],
+                    &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+                ]
+                .concat(),
+            );
+        }
+        for (who, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+            std::fs::write(
+                d.join(format!("{who}.ext")),
+                format!(
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+                     keyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
+                ),
+            )
+            .unwrap();
+            openssl(
+                d,
+                &[
+                    &["req"][..],
+                    &ec,
+                    &["-keyout", &format!("{who}.key")],
+                    &["-out", &format!("{who}.csr"), "-subj", "/CN=localhost"],
+                ]
+                .concat(),
+            );
+            openssl(
+                d,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{who}.csr"),
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-out",
+                    &format!("{who}.crt"),
+                    "-extfile",
+                    &format!("{who}.ext"),
+                ],
+            );
+        }
+        certs
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs: install Debian's openssl package (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `seckill serve` with `args` that must fail to start: its exit within 60 s and its log.
+fn refused(args: &[String]) -> String {
+    let mut child = crate::child::seckill(&["serve"], &[])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("seckill starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("seckill kept running with a certificate it must refuse");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut log = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(!status.success(), "{log}");
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_out_runs_over_verified_tls_and_refuses_a_certificate_that_does_not_verify() {
+    let certs = Certs::make();
+    let p = |n: &str| certs.path(n).display().to_string();
+    let pg = PgServer::start_tls(&certs.path("server.crt"), &certs.path("server.key"));
+    let db = pg.fresh_db().await;
+    let tls_port = free_port();
+    let tls_port_s = tls_port.to_string();
+    let (crt, key, ca) = (p("server.crt"), p("server.key"), p("ca.crt"));
+    let _redis = RedisServer::start(&[
+        "--tls-port",
+        &tls_port_s,
+        "--tls-cert-file",
+        &crt,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let postgres = |ca: &str| format!("{db}?sslmode=verify-full&sslrootcert={ca}");
+    let redis = format!("rediss://localhost:{tls_port}");
+    let args = |pg_ca: &str, redis_ca: &str, client: bool| {
+        let mut a: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-token".into(),
+            TOKEN.into(),
+            "--redis".into(),
+            redis.clone(),
+            "--postgres".into(),
+            postgres(pg_ca),
+            "--redis-ca-file".into(),
+            redis_ca.to_owned(),
+        ];
+        if client {
+            a.extend(["--redis-client-cert".into(), p("client.crt")]);
+            a.extend(["--redis-client-key".into(), p("client.key")]);
+        }
+        a
+    };
+
+    // Both verified: a sale runs and its order reaches the ledger.
+    let ok = args(&ca, &ca, true);
+    let ok: Vec<&str> = ok.iter().map(String::as_str).collect();
+    let server = Proc::spawn(&ok, &[]);
+    let c = server.client();
+    c.create_campaign(&json!({"id": "tls", "stock": 2}))
+        .await
+        .unwrap();
+    match c.claim("tls", "u1", 1, None).await.unwrap() {
+        seckill::bench::client::ClaimReply::Processed(a) => assert!(a.order_id.is_some(), "{a:?}"),
+        other => panic!("{other:?}"),
+    }
+    crate::helpers::settle_url(&c).await;
+    let (s, orders) = c
+        .admin(reqwest::Method::GET, "/v1/campaigns/tls/orders", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{orders}"
+    );
+    drop(server);
+
+    // PostgreSQL's certificate checked against a CA that did not sign it.
+    let log = refused(&args(&p("wrong-ca.crt"), &ca, true));
+    assert!(
+        log.contains("cannot connect to PostgreSQL")
+            && log.contains("invalid peer certificate: UnknownIssuer"),
+        "{log}"
+    );
+    // Redis's, likewise; and Redis without the client certificate it demands.
+    let log = refused(&args(&ca, &p("wrong-ca.crt"), true));
+    assert!(
+        log.contains("cannot connect to Redis") && log.contains("UnknownIssuer"),
+        "{log}"
+    );
+    let log = refused(&args(&ca, &ca, false));
+    assert!(log.contains("cannot connect to Redis"), "{log}");
+}
