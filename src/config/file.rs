@@ -4,7 +4,9 @@
 //! The file's keys are the flags' own names (`admin-listen = "127.0.0.1:9090"`; an
 //! underscore may stand for the dash), one table, no sections. Its settings are read first,
 //! then the environment, then the command line: a flag or a set `SECKILL_*` variable
-//! overrides the file, so one instance can differ from the shared file without editing it.
+//! overrides the file (a list flag's values replace the file's list), so one instance can
+//! differ from the shared file without editing it. A switch the file turns on (`log-json =
+//! true`) cannot be turned off by a flag: leave it out of a shared file.
 //! Rather than a second parser beside clap, the file is turned into the flags it stands for
 //! and clap checks them as it checks typed flags, with the same errors; an unknown key is
 //! refused with its name (a typo never falls back to a default in silence).
@@ -66,12 +68,28 @@ pub fn expand(argv: Vec<OsString>, cmd: &clap::Command) -> anyhow::Result<Vec<Os
         if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
             continue; // the environment overrides the file
         }
+        if given(&argv[sub_at + 1..], &long) {
+            // So does the command line, lists included: clap would add a list flag's values
+            // to the file's, and a per-instance `--trusted-proxy` must replace the shared
+            // file's, not widen it.
+            continue;
+        }
         push(&mut from_file, &long, value, arg, &path)?;
     }
     let mut out = argv[..=sub_at].to_vec();
     out.extend(from_file);
     out.extend_from_slice(&argv[sub_at + 1..]);
     Ok(out)
+}
+
+/// Whether `args` (up to a `--`) give `--long`.
+fn given(args: &[OsString], long: &str) -> bool {
+    let bare = format!("--{long}");
+    let with = format!("--{long}=");
+    args.iter()
+        .take_while(|a| *a != OsStr::new("--"))
+        .filter_map(|a| a.to_str())
+        .any(|a| a == bare || a.starts_with(&with))
 }
 
 fn flag<'c>(cmd: &'c clap::Command, long: &str) -> Option<&'c clap::Arg> {
@@ -222,8 +240,8 @@ mod tests {
         assert!(at("--webhook=http://a/1").is_some() && at("--webhook=http://a/2").is_some());
         assert!(at("--no-worker").is_some() && at("--log-json").is_none());
         assert!(!got.iter().any(|a| a.starts_with("--token")), "{got:?}");
-        // The command line comes after the file, so its --max-batch wins.
-        assert!(at("--max-batch=64").unwrap() < at("--max-batch").unwrap());
+        // The command line's own --max-batch is kept and the file's dropped.
+        assert!(at("--max-batch=64").is_none() && at("--max-batch").is_some());
     }
 
     #[test]
