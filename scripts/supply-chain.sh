@@ -12,18 +12,20 @@ cd "$(dirname "$0")/.."
 
 DENY_VERSION=0.20.2
 AUDIT_VERSION=0.22.2
+# The pinned binaries are called by path: `cargo deny` could run another install.
 tools="$PWD/target/tools"
-export PATH="$tools/bin:$PATH"
-if ! cargo-deny --version 2>/dev/null | grep -q "$DENY_VERSION"; then
+deny="$tools/bin/cargo-deny"
+audit="$tools/bin/cargo-audit"
+if ! "$deny" --version 2>/dev/null | grep -qFw "$DENY_VERSION"; then
     echo "installing cargo-deny $DENY_VERSION into target/tools"
     cargo install --quiet --locked "cargo-deny@$DENY_VERSION" --root "$tools"
 fi
-if ! cargo-audit --version 2>/dev/null | grep -q "$AUDIT_VERSION"; then
+if ! "$audit" --version 2>/dev/null | grep -qFw "$AUDIT_VERSION"; then
     echo "installing cargo-audit $AUDIT_VERSION into target/tools"
     cargo install --quiet --locked "cargo-audit@$AUDIT_VERSION" --root "$tools"
 fi
 
-cargo deny --log-level error check licenses bans sources
+"$deny" deny --log-level error check licenses bans sources
 
 db="${SECKILL_ADVISORY_DB:-}"
 if [ -z "$db" ]; then
@@ -44,7 +46,7 @@ if [ ! -d "$db/crates" ]; then
     exit 1
 fi
 echo "advisory database: $(git -C "$db" log -1 --format='%h of %cs' 2>/dev/null || echo "$db")"
-cargo audit --no-fetch --db "$db" --deny warnings --file Cargo.lock
+"$audit" audit --no-fetch --db "$db" --deny warnings --file Cargo.lock
 # cargo-deny reads the same database, offline: it keeps a database under
 # db-path/advisory-db-<hash of its URL> (this name is cargo-deny 0.20's for the default URL;
 # another version that names it differently fails here, loudly).
@@ -54,5 +56,5 @@ rm -rf "$dbs/advisory-db-3157b0e258782691"
 cp -r "$db" "$dbs/advisory-db-3157b0e258782691"
 cfg="$(mktemp)"
 trap 'rm -f "$cfg"' EXIT
-sed "s|^\[advisories\]|[advisories]\ndb-path = \"$dbs\"|" deny.toml > "$cfg"
-cargo deny --offline --log-level error --config "$cfg" check advisories
+awk -v p="$dbs" '{ print } /^\[advisories\]$/ { print "db-path = \"" p "\"" }' deny.toml > "$cfg"
+"$deny" deny --offline --log-level error --config "$cfg" check advisories

@@ -83,11 +83,9 @@ pub struct Tally {
 /// How many failed requests' ids a report lists.
 pub const FAILED_IDS: usize = 20;
 
-/// The `X-Request-Id` of the bench's `i`-th claim: this run's random prefix and `i`, so a
+/// The `X-Request-Id` of a storm's `i`-th claim: the storm's random prefix and `i`, so a
 /// failed claim's id is known even when no answer came back.
-fn request_id(i: u64) -> String {
-    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let run = RUN.get_or_init(|| format!("bench-{}", hex::encode(rand::random::<[u8; 4]>())));
+fn request_id(run: &str, i: u64) -> String {
     format!("{run}-{i}")
 }
 
@@ -163,6 +161,9 @@ impl Tally {
 /// Counters the progress line and the events read while the storm runs.
 pub struct Live {
     pub started: Instant,
+    /// This storm's prefix of its claims' `X-Request-Id`s (two storms of one process, say
+    /// against two instances at once, never share one).
+    run: String,
     next: AtomicU64,
     pub done: AtomicU64,
     pub won: AtomicU64,
@@ -176,6 +177,7 @@ impl Live {
     pub fn new(keep_wins: bool) -> Arc<Self> {
         Arc::new(Self {
             started: Instant::now(),
+            run: format!("bench-{}", hex::encode(rand::random::<[u8; 6]>())),
             next: AtomicU64::new(0),
             done: AtomicU64::new(0),
             won: AtomicU64::new(0),
@@ -287,7 +289,7 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             shot.user, shot.qty
         ));
         let sent = Instant::now();
-        let id = request_id(i);
+        let id = request_id(&live.run, i);
         let reply = conn
             .post_json(&path, body, shot.key.as_deref(), Some(&id), cfg.timeout)
             .await;

@@ -43,6 +43,9 @@ pub struct LockTarget {
     /// The embedded store of a data directory no server is using.
     #[arg(long, env = "SECKILL_DATA")]
     pub data: Option<std::path::PathBuf>,
+    /// TLS to Redis (`rediss://` URLs): a private CA, a client certificate.
+    #[command(flatten)]
+    pub redis_tls: crate::redis_conn::tls::RedisTlsArgs,
 }
 
 impl LockTarget {
@@ -66,6 +69,7 @@ impl LockTarget {
             let http = crate::lock::http::HttpLocks::new(url, token.expose());
             return Ok(Locks::new(Arc::new(http)));
         }
+        crate::redis_conn::tls::configure(&self.redis_tls)?;
         if !self.redis.is_empty() {
             let target = crate::engine::scale_out::RedisTarget {
                 urls: self.redis.clone(),

@@ -65,6 +65,7 @@ impl RedisConn {
                 .map(|u| u.as_str().into_connection_info())
                 .collect::<Result<Vec<_>, _>>()
                 .context("invalid sentinel URL")?;
+            tls::one_scheme(&sentinels)?;
             let endpoint = Endpoint::Sentinel {
                 sentinels,
                 master: master.clone(),
@@ -76,8 +77,15 @@ impl RedisConn {
             return Ok(Self::Link(link));
         }
         if target.is_cluster() {
+            let seeds = target
+                .urls
+                .iter()
+                .map(|u| u.as_str().into_connection_info())
+                .collect::<Result<Vec<_>, _>>()
+                .context("invalid Redis Cluster URL")?;
+            let over_tls = tls::one_scheme(&seeds)?;
             let mut builder = ClusterClient::builder(target.urls.clone());
-            if let Some(certs) = tls::certs().filter(|_| target.urls[0].starts_with("rediss:")) {
+            if let Some(certs) = tls::certs().filter(|_| over_tls) {
                 builder = builder.certs(certs);
             }
             let client = builder

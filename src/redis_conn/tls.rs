@@ -52,6 +52,10 @@ pub fn configure(args: &RedisTlsArgs) -> anyhow::Result<()> {
         _ => None,
     };
     if root_cert.is_none() && client_tls.is_none() {
+        anyhow::ensure!(
+            CERTS.get().is_none(),
+            "the Redis TLS files are set once per process"
+        );
         return Ok(());
     }
     let certs = TlsCertificates {
@@ -83,6 +87,18 @@ fn is_tls(info: &ConnectionInfo) -> bool {
     matches!(info.addr, ConnectionAddr::TcpTls { .. })
 }
 
+/// Whether `nodes` (Sentinels, Cluster seeds) are reached over TLS; an error when some are and
+/// some are not: the primary a plain sentinel names would be reached in clear, credentials
+/// included, whenever the TLS ones did not answer.
+pub fn one_scheme(nodes: &[ConnectionInfo]) -> anyhow::Result<bool> {
+    let tls = nodes.iter().filter(|n| is_tls(n)).count();
+    anyhow::ensure!(
+        tls == 0 || tls == nodes.len(),
+        "the Redis URLs mix rediss:// and redis://: give every node the same scheme"
+    );
+    Ok(tls > 0)
+}
+
 /// A client for `info`: over TLS with the configured files when `info` is a `rediss://`
 /// address and files were given, else as `redis::Client::open` makes it.
 pub fn client(info: impl IntoConnectionInfo) -> redis::RedisResult<redis::Client> {
@@ -106,5 +122,34 @@ pub fn like(addr: ConnectionAddr, sentinel: &ConnectionInfo) -> ConnectionAddr {
             }
         }
         (addr, _) => addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::IntoConnectionInfo;
+
+    #[test]
+    fn nodes_share_one_scheme_and_a_plain_url_stays_plain() {
+        let infos = |urls: &[&str]| -> Vec<redis::ConnectionInfo> {
+            urls.iter()
+                .map(|u| u.into_connection_info().unwrap())
+                .collect()
+        };
+        assert!(super::one_scheme(&infos(&["rediss://a:1", "REDISS://b:2"])).unwrap());
+        assert!(!super::one_scheme(&infos(&["redis://a:1", "redis://b:2"])).unwrap());
+        let e = super::one_scheme(&infos(&["rediss://a:1", "redis://b:2"])).unwrap_err();
+        assert!(e.to_string().contains("mix"), "{e}");
+        let sentinel = &infos(&["rediss://s:26379"])[0];
+        let plain = &infos(&["redis://s:26379"])[0];
+        let named = || redis::ConnectionAddr::Tcp("p".into(), 6379);
+        assert!(matches!(
+            super::like(named(), sentinel),
+            redis::ConnectionAddr::TcpTls { .. }
+        ));
+        assert!(matches!(
+            super::like(named(), plain),
+            redis::ConnectionAddr::Tcp(..)
+        ));
     }
 }

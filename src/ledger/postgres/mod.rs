@@ -39,9 +39,31 @@ pub struct PgLedger {
     pub(super) pool: PgPool,
 }
 
+/// Refuses `sslrootcert` with an `sslmode` that does not verify: libpq then verifies anyway
+/// (as `verify-ca`), the PostgreSQL driver here would not, and an operator who gave a CA
+/// means it to be checked.
+fn check_tls(url: &str) -> anyhow::Result<()> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    };
+    if param("sslrootcert").is_some() {
+        let mode = param("sslmode").unwrap_or("prefer");
+        anyhow::ensure!(
+            mode == "verify-ca" || mode == "verify-full",
+            "the --postgres URL gives sslrootcert with sslmode={mode}, which would not check \
+             the server's certificate against it: use sslmode=verify-full (or verify-ca)"
+        );
+    }
+    Ok(())
+}
+
 impl PgLedger {
     /// Connects to `url` and runs the PostgreSQL migrations.
     pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        check_tls(url)?;
         let opts: PgConnectOptions = url
             .parse()
             .with_context(|| "the --postgres URL is not a valid postgres:// URL".to_string())?;
@@ -194,3 +216,26 @@ pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qt
 /// The columns of [`SELECT_ORDER`], for `RETURNING`.
 pub(super) const ORDER_COLUMNS: &str =
     "order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at";
+
+#[cfg(test)]
+mod tls_tests {
+    #[test]
+    fn a_ca_without_verification_is_refused() {
+        let ok = [
+            "postgres://h/db",
+            "postgres://h/db?sslmode=require",
+            "postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem",
+            "postgres://h/db?sslrootcert=/ca.pem&sslmode=verify-ca",
+        ];
+        for url in ok {
+            super::check_tls(url).unwrap();
+        }
+        for url in [
+            "postgres://h/db?sslrootcert=/ca.pem",
+            "postgres://h/db?sslmode=require&sslrootcert=/ca.pem",
+        ] {
+            let e = super::check_tls(url).unwrap_err().to_string();
+            assert!(e.contains("verify-full"), "{e}");
+        }
+    }
+}

@@ -78,7 +78,8 @@ impl View {
             "a Sentinel failover is in progress or the primary is seen down"
         );
         let same = match (&self.primary, server) {
-            (Some((h, p)), ConnectionAddr::Tcp(host, port)) => h == host && p == port,
+            (Some((h, p)), ConnectionAddr::Tcp(host, port))
+            | (Some((h, p)), ConnectionAddr::TcpTls { host, port, .. }) => h == host && p == port,
             _ => false,
         };
         anyhow::ensure!(
@@ -163,6 +164,19 @@ mod tests {
     }
 
     const SERVER: fn() -> ConnectionAddr = || ConnectionAddr::Tcp("127.0.0.1".into(), 7000);
+
+    #[test]
+    fn a_primary_reached_over_tls_is_the_one_the_sentinels_name() {
+        let tls = |port| ConnectionAddr::TcpTls {
+            host: "127.0.0.1".into(),
+            port,
+            insecure: false,
+            tls_params: None,
+        };
+        let v = view(Vec::new());
+        v.usable(&tls(7000)).unwrap();
+        assert!(v.usable(&tls(7001)).is_err());
+    }
 
     #[test]
     fn a_write_counts_only_where_sentinel_would_pick_a_replica_that_has_it() {
