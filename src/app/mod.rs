@@ -147,8 +147,12 @@ impl App {
             ..HttpOptions::default()
         };
         let fixed = tokens::fixed(&cfg, parts.admin_token.as_deref())?;
-        let credentials = http::Credentials::new(tokens::all(&cfg, parts.admin_token.as_deref())?)
-            .map_err(|e| anyhow::anyhow!("tokens: {e}"))?;
+        let mut all = fixed.clone();
+        if let Some(path) = &cfg.config {
+            all.extend(tokens::from_file(path)?);
+        }
+        let credentials =
+            http::Credentials::new(all).map_err(|e| anyhow::anyhow!("tokens: {e}"))?;
         tokens::watch(&supervisor, cfg.config.clone(), fixed, credentials.clone())?;
         let routers = http::routers(
             backend.clone(),

@@ -29,7 +29,11 @@ pub fn fixed(cfg: &ServeConfig, admin: Option<&str>) -> anyhow::Result<Vec<Token
 
 /// The config file's tokens.
 pub fn from_file(path: &Path) -> anyhow::Result<Vec<Token>> {
-    crate::config::file::tokens(path)?
+    parse(crate::config::file::tokens(path)?, path)
+}
+
+fn parse(specs: Vec<String>, path: &Path) -> anyhow::Result<Vec<Token>> {
+    specs
         .iter()
         .map(|spec| {
             Token::parse(spec).map_err(|e| anyhow::anyhow!("{} token: {e}", path.display()))
@@ -44,15 +48,6 @@ pub fn configured(cfg: &ServeConfig) -> anyhow::Result<bool> {
             Some(path) => !crate::config::file::tokens(path)?.is_empty(),
             None => false,
         })
-}
-
-/// Every token of `cfg`: the fixed ones and the config file's.
-pub fn all(cfg: &ServeConfig, admin: Option<&str>) -> anyhow::Result<Vec<Token>> {
-    let mut tokens = fixed(cfg, admin)?;
-    if let Some(path) = &cfg.config {
-        tokens.extend(from_file(path)?);
-    }
-    Ok(tokens)
 }
 
 /// Re-reads the config file's tokens into `creds` on SIGHUP and when the file changes. The
@@ -99,36 +94,22 @@ pub fn watch(
     Ok(())
 }
 
-/// Reloads; `false` when the file was refused (the valid set is then unchanged).
-fn reload(path: &Path, fixed: &[Token], creds: &Credentials, signalled: bool) -> bool {
+/// Reloads; a file refused leaves the valid set unchanged.
+fn reload(path: &Path, fixed: &[Token], creds: &Credentials, signalled: bool) {
     let why = if signalled { "SIGHUP" } else { "file changed" };
     let mut tokens = fixed.to_vec();
-    // The whole file is checked as at start, and must still hold a `token` list: a file cut
-    // short mid-write or a misspelled key never revokes every token in silence.
-    let checked = crate::config::file::check(path).and_then(|()| {
-        anyhow::ensure!(
-            crate::config::file::has_tokens_key(path)?,
-            "{} has no `token` list (write `token = []` to remove every token of the file)",
-            path.display()
-        );
-        from_file(path)
-    });
-    match checked {
+    match crate::config::file::reloaded_tokens(path).and_then(|specs| parse(specs, path)) {
         Ok(more) => tokens.extend(more),
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), why, "tokens not reloaded; the valid ones are unchanged");
-            return false;
+            return;
         }
     }
     let names: Vec<String> = tokens.iter().map(|t| t.name.to_string()).collect();
     match creds.replace(tokens) {
-        Ok(()) => {
-            tracing::info!(?names, why, "tokens reloaded");
-            true
-        }
+        Ok(()) => tracing::info!(?names, why, "tokens reloaded"),
         Err(e) => {
-            tracing::error!(error = %e, why, "tokens not reloaded; the valid ones are unchanged");
-            false
+            tracing::error!(error = %e, why, "tokens not reloaded; the valid ones are unchanged")
         }
     }
 }

@@ -38,9 +38,25 @@ pub fn expand(argv: Vec<OsString>, cmd: &clap::Command) -> anyhow::Result<Vec<Os
     let sub = cmd
         .find_subcommand(&argv[sub_at])
         .ok_or_else(|| anyhow::anyhow!("no subcommand {:?}", argv[sub_at]))?;
-    let table = read(&path)?;
+    let from_file = flags(&read(&path)?, &path, sub, cmd, &argv[sub_at + 1..])?;
+    let mut out = argv[..=sub_at].to_vec();
+    out.extend(from_file);
+    out.extend_from_slice(&argv[sub_at + 1..]);
+    Ok(out)
+}
+
+/// The flags `table` (the file at `path`) stands for, for subcommand `sub` of `cmd`, but
+/// those the environment or the command line `given` already set; an error for a key no
+/// subcommand knows.
+fn flags(
+    table: &toml::Table,
+    path: &Path,
+    sub: &clap::Command,
+    cmd: &clap::Command,
+    given_args: &[OsString],
+) -> anyhow::Result<Vec<OsString>> {
     let mut from_file = Vec::new();
-    for (key, value) in &table {
+    for (key, value) in table {
         let long = key.replace('_', "-");
         if long == TOKENS_KEY || long == "config" {
             continue;
@@ -68,18 +84,15 @@ pub fn expand(argv: Vec<OsString>, cmd: &clap::Command) -> anyhow::Result<Vec<Os
         if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
             continue; // the environment overrides the file
         }
-        if given(&argv[sub_at + 1..], &long) {
+        if given(given_args, &long) {
             // So does the command line, lists included: clap would add a list flag's values
             // to the file's, and a per-instance `--trusted-proxy` must replace the shared
             // file's, not widen it.
             continue;
         }
-        push(&mut from_file, &long, value, arg, &path)?;
+        push(&mut from_file, &long, value, arg, path)?;
     }
-    let mut out = argv[..=sub_at].to_vec();
-    out.extend(from_file);
-    out.extend_from_slice(&argv[sub_at + 1..]);
-    Ok(out)
+    Ok(from_file)
 }
 
 /// Whether `args` (up to a `--`) give `--long`.
@@ -115,20 +128,23 @@ fn config_path(args: &[OsString]) -> Option<PathBuf> {
     found.or_else(|| std::env::var_os("SECKILL_CONFIG").map(PathBuf::from))
 }
 
-/// Checks the whole file at `path` as a start with it would (TOML, known keys).
-pub fn check(path: &Path) -> anyhow::Result<()> {
-    let argv = vec![
-        OsString::from("seckill"),
-        "serve".into(),
-        "--config".into(),
-        path.into(),
-    ];
-    expand(argv, &<crate::cli::Cli as clap::CommandFactory>::command()).map(drop)
-}
-
-/// Whether the file at `path` has a `token` key (an empty list counts).
-pub fn has_tokens_key(path: &Path) -> anyhow::Result<bool> {
-    Ok(read(path)?.contains_key(TOKENS_KEY))
+/// The `token` list of the file at `path` for a reload, read once: the whole file is
+/// checked as a start with it would be (TOML, known keys), and it must have a `token` key
+/// (an empty list counts), so a file cut short mid-write or a misspelled key never revokes
+/// every token in silence.
+pub fn reloaded_tokens(path: &Path) -> anyhow::Result<Vec<String>> {
+    let table = read(path)?;
+    let cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+    let serve = cmd
+        .find_subcommand("serve")
+        .expect("seckill has a serve command");
+    flags(&table, path, serve, &cmd, &[])?;
+    anyhow::ensure!(
+        table.contains_key(TOKENS_KEY),
+        "{} has no `token` list (write `token = []` to remove every token of the file)",
+        path.display()
+    );
+    token_list(&table, path)
 }
 
 fn read(path: &Path) -> anyhow::Result<toml::Table> {
@@ -189,7 +205,10 @@ fn push(
 
 /// The `token` list of the config file at `path` (`NAME:SCOPE[+SCOPE…]:SECRET` each).
 pub fn tokens(path: &Path) -> anyhow::Result<Vec<String>> {
-    let table = read(path)?;
+    token_list(&read(path)?, path)
+}
+
+fn token_list(table: &toml::Table, path: &Path) -> anyhow::Result<Vec<String>> {
     match table.get(TOKENS_KEY) {
         None => Ok(Vec::new()),
         Some(toml::Value::String(s)) => Ok(vec![s.clone()]),

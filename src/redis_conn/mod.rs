@@ -34,6 +34,13 @@ pub struct RedisTarget {
     pub sentinel_master: Option<String>,
 }
 
+/// `urls` parsed.
+fn infos(urls: &[String]) -> redis::RedisResult<Vec<redis::ConnectionInfo>> {
+    urls.iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect()
+}
+
 impl RedisTarget {
     pub fn is_cluster(&self) -> bool {
         self.sentinel_master.is_none() && (self.cluster || self.urls.len() > 1)
@@ -59,12 +66,7 @@ impl RedisConn {
                 !target.cluster,
                 "--redis-sentinel and --redis-cluster exclude each other"
             );
-            let sentinels = target
-                .urls
-                .iter()
-                .map(|u| u.as_str().into_connection_info())
-                .collect::<Result<Vec<_>, _>>()
-                .context("invalid sentinel URL")?;
+            let sentinels = infos(&target.urls).context("invalid sentinel URL")?;
             tls::one_scheme(&sentinels)?;
             let endpoint = Endpoint::Sentinel {
                 sentinels,
@@ -77,13 +79,8 @@ impl RedisConn {
             return Ok(Self::Link(link));
         }
         if target.is_cluster() {
-            let seeds = target
-                .urls
-                .iter()
-                .map(|u| u.as_str().into_connection_info())
-                .collect::<Result<Vec<_>, _>>()
-                .context("invalid Redis Cluster URL")?;
-            let over_tls = tls::one_scheme(&seeds)?;
+            let over_tls =
+                tls::one_scheme(&infos(&target.urls).context("invalid Redis Cluster URL")?)?;
             let mut builder = ClusterClient::builder(target.urls.clone());
             if let Some(certs) = tls::certs().filter(|_| over_tls) {
                 builder = builder.certs(certs);
