@@ -118,8 +118,7 @@ async fn snapshot(
     dir: &Path,
     saved: &Path,
 ) -> anyhow::Result<(Instant, std::time::SystemTime)> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
-    let mut c = client.get_multiplexed_async_connection().await?;
+    let mut c = super::servers::node_conn(port).await?;
     let field = |info: &str, name: &str| info_field(info, name).unwrap_or("").to_owned();
     // `rdb_saves` counts snapshots since start (LASTSAVE has one-second steps, and a Redis
     // that just started reports its start as its last save).

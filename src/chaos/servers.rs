@@ -19,10 +19,7 @@ pub enum Fsync {
 }
 
 pub async fn redis_ready(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
-        return false;
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+    let Ok(mut conn) = node_conn(port).await else {
         return false;
     };
     // PING answers LOADING while the AOF is replayed.
@@ -44,8 +41,8 @@ pub fn fsync_name(fsync: Fsync) -> &'static str {
 pub async fn node_conn(port: u16) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
     let cfg = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Duration::from_secs(1))
-        .set_response_timeout(Duration::from_secs(2));
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
     Ok(client
         .get_multiplexed_async_connection_with_config(&cfg)
         .await?)

@@ -39,8 +39,7 @@ impl Node {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let timeout_err =
-            || redis::RedisError::from((redis::ErrorKind::IoError, "lock node timed out"));
+        let timeout_err = || redis::RedisError::from((redis::ErrorKind::Io, "lock node timed out"));
         let attempt = async {
             let conn = {
                 let mut slot = self.conn.lock().await;
@@ -48,8 +47,8 @@ impl Node {
                     Some(c) => c.clone(),
                     None => {
                         let cfg = AsyncConnectionConfig::new()
-                            .set_connection_timeout(limit)
-                            .set_response_timeout(limit);
+                            .set_connection_timeout(Some(limit))
+                            .set_response_timeout(Some(limit));
                         let c = self
                             .client
                             .get_multiplexed_async_connection_with_config(&cfg)

@@ -59,7 +59,7 @@ impl Entry {
     pub fn new(campaign_id: String, stream_id: String, fields: HashMap<String, Value>) -> Self {
         let origin = fields.get(LINEAGE).and_then(|v| {
             Some(Origin {
-                lineage: redis::from_redis_value(v).ok()?,
+                lineage: redis::from_redis_value_ref(v).ok()?,
                 pos: stream_pos(&stream_id)?,
             })
         });
@@ -87,7 +87,7 @@ impl Entry {
             .fields
             .get(name)
             .ok_or_else(|| anyhow!("field {name} is missing"))?;
-        redis::from_redis_value(v).with_context(|| format!("field {name} is not text"))
+        redis::from_redis_value_ref(v).with_context(|| format!("field {name} is not text"))
     }
 
     fn time(&self, name: &str) -> anyhow::Result<DateTime<Utc>> {
@@ -222,7 +222,7 @@ impl Entry {
         for (k, v) in &self.fields {
             put(
                 k,
-                redis::from_redis_value::<String>(v).unwrap_or_else(|_| format!("{v:?}")),
+                redis::from_redis_value_ref::<String>(v).unwrap_or_else(|_| format!("{v:?}")),
             );
         }
         serde_json::Value::Object(map).to_string()

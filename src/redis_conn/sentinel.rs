@@ -13,8 +13,8 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo};
 
 fn connection_config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
-        .set_connection_timeout(Duration::from_secs(1))
-        .set_response_timeout(Duration::from_secs(2))
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(2)))
 }
 
 /// Asks each sentinel in turn for the primary's address; the first answer wins.

@@ -84,7 +84,7 @@ pub fn certs() -> Option<TlsCertificates> {
 }
 
 fn is_tls(info: &ConnectionInfo) -> bool {
-    matches!(info.addr, ConnectionAddr::TcpTls { .. })
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
 }
 
 /// Whether `nodes` (Sentinels, Cluster seeds) are reached over TLS; an error when some are and
@@ -112,7 +112,7 @@ pub fn client(info: impl IntoConnectionInfo) -> redis::RedisResult<redis::Client
 /// `addr` as a TLS address when the sentinels themselves are reached over TLS (a primary
 /// named by a sentinel is served the way its sentinels are).
 pub fn like(addr: ConnectionAddr, sentinel: &ConnectionInfo) -> ConnectionAddr {
-    match (addr, &sentinel.addr) {
+    match (addr, sentinel.addr()) {
         (ConnectionAddr::Tcp(host, port), ConnectionAddr::TcpTls { insecure, .. }) => {
             ConnectionAddr::TcpTls {
                 host,

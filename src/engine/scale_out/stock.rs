@@ -119,7 +119,7 @@ impl StockKeeper {
         let k = Keys::new(campaign);
         let mut conn = self.conn.clone();
         let (remaining, status, version): (Option<u64>, Option<String>, Option<String>) = conn
-            .hget(k.meta(), &["remaining", "status", "hver"])
+            .hmget(k.meta(), &["remaining", "status", "hver"])
             .await?;
         let Some(remaining) = remaining else {
             entry.publish(0, false);

@@ -31,7 +31,7 @@ impl ScaleOut {
     pub(super) async fn gate_view(&self, id: &str) -> Result<Option<CampaignView>, Error> {
         let fields: Vec<Option<String>> = self
             .conn()
-            .hget(
+            .hmget(
                 Keys::new(id).meta(),
                 &[
                     "kind",

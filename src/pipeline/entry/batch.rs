@@ -66,7 +66,7 @@ impl Entry {
     pub fn orders_carried(&self) -> u64 {
         match self.fields.get(ORDERS) {
             None => 1,
-            Some(v) => redis::from_redis_value::<String>(v)
+            Some(v) => redis::from_redis_value_ref::<String>(v)
                 .map(|t| t.split('\n').count() as u64)
                 .unwrap_or(1),
         }

@@ -12,7 +12,7 @@ const NOT_SENT: &str = "Redis is unreachable; the command was not sent";
 /// The error of a request refused because the link is down: it never reached Redis.
 pub fn not_sent(down_for: Duration) -> RedisError {
     RedisError::from((
-        ErrorKind::ClientError,
+        ErrorKind::Client,
         NOT_SENT,
         format!("down for {} ms", down_for.as_millis()),
     ))
@@ -22,7 +22,7 @@ pub fn not_sent(down_for: Duration) -> RedisError {
 /// ledger (just reconnected, or its `run_id` changed): it never reached Redis.
 pub fn unchecked() -> RedisError {
     RedisError::from((
-        ErrorKind::ClientError,
+        ErrorKind::Client,
         NOT_SENT,
         "Redis is being checked against the ledger after a reconnect".to_owned(),
     ))
@@ -32,7 +32,7 @@ pub fn unchecked() -> RedisError {
 /// or rejected by Redis before running anything (loading, out of memory, busy, read-only,
 /// not primary).
 pub fn surely_not_executed(e: &RedisError) -> bool {
-    (e.kind() == ErrorKind::ClientError && e.to_string().contains(NOT_SENT))
+    (e.kind() == ErrorKind::Client && e.to_string().contains(NOT_SENT))
         || e.is_connection_refusal()
         || matches!(
             e.code(),
@@ -62,11 +62,13 @@ pub(super) fn breaks_connection(e: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::ServerErrorKind;
 
     #[test]
     fn only_refusals_before_running_count_as_not_executed() {
         assert!(surely_not_executed(&not_sent(Duration::from_millis(3))));
-        let loading = RedisError::from((ErrorKind::BusyLoadingError, "LOADING"));
+        let loading =
+            RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "LOADING"));
         assert!(surely_not_executed(&loading));
         let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(surely_not_executed(&refused));
@@ -80,7 +82,11 @@ mod tests {
             assert!(!surely_not_executed(&e), "{kind:?}");
             assert!(breaks_connection(&e), "{kind:?}");
         }
-        let script = RedisError::from((ErrorKind::ResponseError, "ERR", "user script".into()));
+        let script = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "ERR",
+            "user script".into(),
+        ));
         assert!(!surely_not_executed(&script));
         assert!(!breaks_connection(&script));
     }

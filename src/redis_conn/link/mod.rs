@@ -1,11 +1,12 @@
 //! One Redis connection that knows whether Redis is reachable, and reconnects by itself.
 //!
-//! Why not redis-rs's `ConnectionManager`: in 0.27 its reconnect future retries on
-//! backon's exponential builder with `factor = 100` on top of a 1 s minimum, so after a second
-//! failed attempt it sleeps 60–120 s, and every request issued meanwhile awaits that future
-//! until the caller's timeout. A Redis restart lasting more than about a second under load
-//! therefore took every instance down for a minute or two (the fix, redis-rs PR 1717, only
-//! shipped in redis 1.0 with a new API). This link owns the loop instead:
+//! Why not redis-rs's `ConnectionManager`: redis 1.x fixed its backoff (0.27 slept 60–120 s
+//! after a second failed attempt, redis-rs PR 1717), but while Redis is down every request
+//! still awaits the manager's reconnect future, so a claim waits out its timeout instead of
+//! being refused at once, and the caller cannot tell "never sent" from "sent, outcome
+//! unknown". It also has no way to tell observers that a reconnect happened, which the
+//! ledger check after a Redis restart (`engine::scale_out::fresh`) rests on, and it does not
+//! ask the Sentinels again on each reconnect. This link owns the loop instead:
 //!
 //! - **Up**: requests go over one multiplexed connection. A request failing the way a dead
 //!   connection fails (I/O error, reset, EOF, timeout, `READONLY` from a demoted primary)
@@ -107,8 +108,8 @@ pub struct Link {
 
 fn config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
-        .set_connection_timeout(CONNECT_TIMEOUT)
-        .set_response_timeout(RESPONSE_TIMEOUT)
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
 }
 
 impl Link {
@@ -154,8 +155,8 @@ impl Link {
 
     pub fn db(&self) -> i64 {
         match &self.endpoint {
-            Endpoint::Node(info) => info.redis.db,
-            Endpoint::Sentinel { sentinels, .. } => sentinels[0].redis.db,
+            Endpoint::Node(info) => info.redis_settings().db(),
+            Endpoint::Sentinel { sentinels, .. } => sentinels[0].redis_settings().db(),
         }
     }
 
@@ -298,13 +299,10 @@ async fn open(endpoint: &Endpoint) -> anyhow::Result<(MultiplexedConnection, Con
         Endpoint::Node(info) => info.clone(),
         Endpoint::Sentinel { sentinels, master } => {
             let addr: ConnectionAddr = sentinel::resolve(sentinels, master).await?;
-            ConnectionInfo {
-                addr,
-                redis: sentinels[0].redis.clone(),
-            }
+            sentinels[0].clone().set_addr(addr)
         }
     };
-    let addr = info.addr.clone();
+    let addr = info.addr().clone();
     let attempt = async {
         let mut conn = super::tls::client(info)?
             .get_multiplexed_async_connection_with_config(&config())

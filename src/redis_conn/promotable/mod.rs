@@ -67,8 +67,8 @@ pub struct Promotable {
 
 fn config() -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
-        .set_connection_timeout(SENTINEL_TIMEOUT)
-        .set_response_timeout(SENTINEL_TIMEOUT)
+        .set_connection_timeout(Some(SENTINEL_TIMEOUT))
+        .set_response_timeout(Some(SENTINEL_TIMEOUT))
 }
 
 /// One sentinel's answer: the primary, whether it sees a failover (in progress, or the

@@ -138,7 +138,10 @@ async fn scale_out_flood_of_fresh_keys_stays_bounded() {
     );
 
     let redis = redis::Client::open(app.redis[0].as_str()).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("{c:flood}:idem:*")
         .query_async(&mut conn)

@@ -233,7 +233,10 @@ async fn decide_alike(hold: Option<u32>) {
 /// Evalsha calls (claim scripts included) Redis has run so far.
 async fn evalsha_calls(url: &str) -> u64 {
     let client = redis::Client::open(url).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = client
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut c)

@@ -78,7 +78,7 @@ async fn a_consumer_frozen_across_a_cluster_failover_writes_nothing_it_lost() {
     }
     let mut conn = redis::Client::open(cluster.nodes[master].url())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     super::read_as(&mut conn, &Keys::new(CAMPAIGN).orders(), "dead", 1000).await;

@@ -21,7 +21,10 @@ const BUYERS: usize = 12;
 
 async fn redis_conn(app: &App) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(app.redis[0].as_str()).unwrap();
-    client.get_multiplexed_async_connection().await.unwrap()
+    client
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap()
 }
 
 /// `BUYERS` buyers b0… win one unit each of `id`.

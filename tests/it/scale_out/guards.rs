@@ -98,7 +98,7 @@ async fn rate_limits_hold_across_two_instances() {
     // Every limiter key lives on the {rl} slot and carries a TTL.
     let mut raw = redis::Client::open(redis.url().as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -227,7 +227,7 @@ async fn sold_out_is_answered_from_memory_until_a_restock_reaches_every_instance
     // only the periodic re-read (every --stock-max-staleness-ms, 1 s here) can tell B.
     let mut raw = redis::Client::open(redis.url().as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let _: i64 = redis::cmd("CLIENT")

@@ -52,7 +52,7 @@ async fn cancel_then_rewin_is_seen_by_the_other_instance() {
     // Cut the announcements, so only B's periodic re-read can tell it what follows.
     let mut raw = redis::Client::open(redis.url().as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let _: i64 = redis::cmd("CLIENT")
@@ -129,7 +129,7 @@ async fn idle_sold_out_campaign_never_rereads_its_holders() {
         .await;
     let mut redis = redis::Client::open(app.redis[0].as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     // Many holders, as if a large sale had sold out (written straight into the gate).

@@ -137,7 +137,10 @@ async fn an_order_the_ledger_refuses_is_recorded_and_its_gate_rebuilt() {
     assert_eq!(app.claim("r", "u1", 1).await.outcome, Outcome::Won);
     app.settle().await;
     let client = redis::Client::open(app.redis[0].as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap();
     let at = seckill::domain::now().timestamp_micros().to_string();
     let _: String = redis::cmd("XADD")
         .arg("{c:r}:orders")

@@ -103,7 +103,7 @@ async fn one_step_moves_the_stream_into_the_ledger() {
     // The same order delivered again (a consumer died after the commit, before the ack).
     let mut raw = redis::Client::open(redis.url().as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let order = client.order("stepped-3").await.unwrap().unwrap();
@@ -165,7 +165,7 @@ async fn a_batch_entry_persists_whole_and_its_poison_order_alone() {
     assert_eq!(won, 300);
     let mut raw = redis::Client::open(redis.url().as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let len = |raw: &mut redis::aio::MultiplexedConnection| {

@@ -87,7 +87,10 @@ async fn malformed_stream_entry_is_recorded_not_dropped() {
     let app = App::spawn(Deploy::ScaleOut).await;
     app.create(json!({"id": "tampered", "stock": 5})).await;
     let client = redis::Client::open(app.redis[0].as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap();
     let _: String = redis::cmd("XADD")
         .arg("{c:tampered}:orders")
         .arg("*")

@@ -74,7 +74,10 @@ async fn redis_data_loss_is_rebuilt_from_the_ledger() {
         .await;
     assert_eq!(s, 200);
     let client = redis::Client::open(app.redis[0].as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
+        .await
+        .unwrap();
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
 
     let view = app.client.campaign("lost").await.unwrap();

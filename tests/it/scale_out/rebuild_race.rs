@@ -36,7 +36,7 @@ async fn restock_and_cancel_racing_a_rebuild() {
     app.settle().await;
     let mut redis = redis::Client::open(app.redis[0].as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -173,7 +173,7 @@ async fn restock_saved_but_not_applied_is_said_and_retried_once() {
     // The pool is empty (Redis removed the list); damage its key so restock.lua fails.
     let mut redis = redis::Client::open(app.redis[0].as_str())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     let codes = Keys::new("sf").codes();

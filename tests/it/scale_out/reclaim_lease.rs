@@ -79,7 +79,7 @@ async fn only_the_lease_holder_reclaims_and_a_paused_holder_is_fenced_off() {
     let stream = Keys::new("fenced").orders();
     let mut conn = redis::Client::open(redis.url())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::servers::patient())
         .await
         .unwrap();
     super::read_as(&mut conn, &stream, "crashed", STRANDED).await;

@@ -305,7 +305,7 @@ async fn drained_or_explain(client: &Client, redis: &str, campaign: &str, worker
         if Instant::now() > deadline {
             let mut c = redis::Client::open(redis)
                 .unwrap()
-                .get_multiplexed_async_connection()
+                .get_multiplexed_async_connection_with_config(&crate::servers::patient())
                 .await
                 .unwrap();
             let k = seckill::engine::scale_out::Keys::new(campaign);

@@ -14,6 +14,13 @@ use std::time::{Duration, Instant};
 
 use seckill::testing::process::{Proc, Spec};
 
+/// Connection settings for a test's own Redis commands. redis-rs's default response timeout
+/// (500 ms) would fail a test whose command waits behind a storm on a busy machine; a test
+/// that hangs is stopped by its own deadlines instead.
+pub fn patient() -> ::redis::AsyncConnectionConfig {
+    ::redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)))
+}
+
 /// A free loopback port whose +10000 neighbour (Redis Cluster bus) is free too.
 pub fn free_port() -> u16 {
     seckill::testing::free_port_with_bus().expect("bind a free port")

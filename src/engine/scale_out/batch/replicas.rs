@@ -153,10 +153,10 @@ impl WaitReplicas {
         let acked_at = Instant::now();
         let (written, acked): (u64, i64) = match reply.as_slice() {
             [_, info, v] => (
-                promotable::primary_offset(&redis::from_redis_value::<String>(info)?)?,
-                redis::from_redis_value(v)?,
+                promotable::primary_offset(&redis::from_redis_value_ref::<String>(info)?)?,
+                redis::from_redis_value_ref(v)?,
             ),
-            [_, v] => (0, redis::from_redis_value(v)?),
+            [_, v] => (0, redis::from_redis_value_ref(v)?),
             _ => anyhow::bail!("WAIT for replicas answered {reply:?}"),
         };
         same_link("while waiting for replicas")?;
@@ -208,5 +208,5 @@ async fn replication_info(link: &Link) -> anyhow::Result<String> {
         .request(redis::cmd("INFO").arg("replication"))
         .await
         .map_err(|e| anyhow::anyhow!("INFO replication of the primary failed: {e}"))?;
-    Ok(redis::from_redis_value::<String>(&info)?)
+    Ok(redis::from_redis_value_ref::<String>(&info)?)
 }

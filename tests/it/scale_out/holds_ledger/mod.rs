@@ -62,7 +62,7 @@ impl Rig {
             .unwrap();
         let mut raw = redis::Client::open(redis.url().as_str())
             .unwrap()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&crate::servers::patient())
             .await
             .unwrap();
         let _: () = redis::cmd("XGROUP")
