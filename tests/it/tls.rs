@@ -3,7 +3,9 @@
 //! and a second CA that signed none of them. The scale-out deployment serves over a
 //! PostgreSQL that takes only TLS (`hostssl`, `sslmode=verify-full`) and a Redis TLS port
 //! that demands a client certificate; the wrong CA, or no client certificate, is refused at
-//! start with the reason.
+//! start with the reason. Through Sentinels reached over TLS, the primary they name is reached
+//! over TLS too, before and after a failover; a Redis Cluster is reached over TLS on every
+//! node its slot map names.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +15,7 @@ use serde_json::json;
 
 use crate::helpers::TOKEN;
 use crate::process::Proc;
-use crate::servers::{free_port, PgServer, RedisServer};
+use crate::servers::{free_port, pg, PgServer, RedisCluster, RedisServer, SentinelSetup};
 
 struct Certs {
     dir: tempfile::TempDir,
@@ -55,7 +57,11 @@ impl Certs {
                 .concat(),
             );
         }
-        for (who, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+        // A Redis Cluster node dials its peers with its server certificate: it is a client too.
+        for (who, usage) in [
+            ("server", "serverAuth,clientAuth"),
+            ("client", "clientAuth"),
+        ] {
             std::fs::write(
                 d.join(format!("{who}.ext")),
                 format!(
@@ -225,4 +231,159 @@ async fn scale_out_runs_over_verified_tls_and_refuses_a_certificate_that_does_no
     );
     let log = refused(&args(&ca, &ca, false));
     assert!(log.contains("cannot connect to Redis"), "{log}");
+}
+
+/// The first claim of a new user on `campaign` that wins within 60 s (claims fail while the
+/// gate looks for a new primary).
+async fn a_claim_wins(c: &seckill::bench::client::Client, campaign: &str, prefix: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        assert!(Instant::now() < deadline, "no claim won within 60 s");
+        if let Ok(seckill::bench::client::ClaimReply::Processed(a)) =
+            c.claim(campaign, &format!("{prefix}-{i}"), 1, None).await
+        {
+            assert!(a.order_id.is_some(), "{a:?}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_over_tls_name_a_primary_reached_over_tls_through_a_failover() {
+    let certs = Certs::make();
+    let (crt, key, ca) = (
+        certs.path("server.crt"),
+        certs.path("server.key"),
+        certs.path("ca.crt"),
+    );
+    let mut redis = SentinelSetup::start_tls([&crt, &key, &ca]);
+    let db = pg().fresh_db().await;
+    let url = redis.sentinel_url();
+    let ca = ca.display().to_string();
+    // No replica is left after the failover (the old primary stays dead): claims must not
+    // wait for one.
+    let server = Proc::spawn(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-token",
+            TOKEN,
+            "--redis",
+            &url,
+            "--redis-sentinel",
+            SentinelSetup::MASTER,
+            "--redis-ca-file",
+            &ca,
+            "--redis-wait-replicas",
+            "0",
+            "--postgres",
+            &db,
+        ],
+        &[],
+    );
+    let c = server.client();
+    c.create_campaign(&json!({"id": "tls-sentinel", "stock": 10}))
+        .await
+        .unwrap();
+    a_claim_wins(&c, "tls-sentinel", "before").await;
+    crate::helpers::settle_url(&c).await;
+    redis.wait_replicated();
+    redis.kill_primary_and_fail_over();
+    a_claim_wins(&c, "tls-sentinel", "after").await;
+    crate::helpers::settle_url(&c).await;
+    let (s, orders) = c
+        .admin(
+            reqwest::Method::GET,
+            "/v1/campaigns/tls-sentinel/orders",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
+        (200, Some(2)),
+        "{orders}"
+    );
+    // Every connection seckill made to the new primary came in on its TLS port: on the plain
+    // port, only the connection asking.
+    let clients = crate::servers::redis_raw(redis.replica.port, "CLIENT LIST").unwrap();
+    let plain = format!("laddr=127.0.0.1:{} ", redis.replica.port);
+    let on_plain: Vec<&str> = clients.lines().filter(|l| l.contains(&plain)).collect();
+    assert!(
+        on_plain.len() == 1 && on_plain[0].contains("cmd=client|list"),
+        "{clients}"
+    );
+    // ...while seckill's own (not the Sentinel's, which it names) came in over TLS.
+    assert!(
+        clients
+            .lines()
+            .any(|l| l.contains("laddr=") && !l.contains(&plain) && !l.contains("name=sentinel-")),
+        "{clients}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_is_reached_over_tls_on_every_node() {
+    let certs = Certs::make();
+    let (crt, key, ca) = (
+        certs.path("server.crt"),
+        certs.path("server.key"),
+        certs.path("ca.crt"),
+    );
+    let (cluster, tls_ports) = RedisCluster::start_tls([&crt, &key, &ca]);
+    let db = pg().fresh_db().await;
+    let ca = ca.display().to_string();
+    let mut args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-token",
+        TOKEN,
+        "--redis-ca-file",
+        &ca,
+        "--postgres",
+        &db,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for p in &tls_ports {
+        args.extend(["--redis".to_owned(), format!("rediss://localhost:{p}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Proc::spawn(&args, &[]);
+    let c = server.client();
+    // Campaigns on several slots, so more than one node serves them.
+    let ids: Vec<String> = (0..6).map(|i| format!("tls-cluster-{i}")).collect();
+    for id in &ids {
+        c.create_campaign(&json!({"id": id, "stock": 3}))
+            .await
+            .unwrap();
+        a_claim_wins(&c, id, "u").await;
+    }
+    crate::helpers::settle_url(&c).await;
+    for id in &ids {
+        let (s, orders) = c
+            .admin(
+                reqwest::Method::GET,
+                &format!("/v1/campaigns/{id}/orders"),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
+            (200, Some(1)),
+            "{id}: {orders}"
+        );
+    }
+    // No connection of seckill's came in on a plain port: there, only the one asking.
+    for n in &cluster.nodes {
+        let clients = crate::servers::redis_raw(n.port, "CLIENT LIST").unwrap();
+        let plain = format!("laddr=127.0.0.1:{} ", n.port);
+        let on_plain: Vec<&str> = clients.lines().filter(|l| l.contains(&plain)).collect();
+        assert!(
+            on_plain.len() == 1 && on_plain[0].contains("cmd=client|list"),
+            "{clients}"
+        );
+    }
 }

@@ -98,6 +98,72 @@ impl RedisCluster {
         Self::create(Self::nodes(3, "5000", extra))
     }
 
+    /// Three masters whose clients and cluster bus speak TLS with `files` (certificate, key,
+    /// CA), created over TLS: the slot map names their TLS ports, whose ports it returns. Their plain ports stay open for the test's own checks only.
+    pub fn start_tls(files: [&std::path::Path; 3]) -> (RedisCluster, Vec<u16>) {
+        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let nodes: Vec<RedisServer> = tls_ports
+            .iter()
+            .map(|t| {
+                // The bus port named explicitly: with a plain and a TLS port, Redis 7.0 would
+                // put it next to the plain one while peers look for it next to the TLS one.
+                let bus = (t + 10_000).to_string();
+                let t = t.to_string();
+                RedisServer::start(&[
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--tls-port",
+                    &t,
+                    "--tls-cert-file",
+                    &files[0],
+                    "--tls-key-file",
+                    &files[1],
+                    "--tls-ca-cert-file",
+                    &files[2],
+                    "--tls-auth-clients",
+                    "no",
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                ])
+            })
+            .collect();
+        let mut cmd = servers::cluster_create(&tls_ports, 0).unwrap_or_else(|e| panic!("{e:#}"));
+        cmd.args(["--tls", "--cacert", &files[2]]);
+        // redis-cli waits for the nodes to join for as long as it takes: bounded here.
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-cli runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the TLS cluster's nodes did not join within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(status.success(), "cluster create failed: {status:?}");
+        for n in &nodes {
+            let port = n.port;
+            wait_until("the Redis Cluster", || {
+                redis_raw(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
+            });
+        }
+        (RedisCluster { nodes }, tls_ports)
+    }
+
     /// `n` cluster-enabled servers with this node timeout (ms) and `extra` flags.
     fn nodes(n: usize, timeout_ms: &str, extra: &[&str]) -> Vec<RedisServer> {
         (0..n)
@@ -228,6 +294,8 @@ pub struct SentinelSetup {
     /// Further replicas ([`SentinelSetup::start_with`]), in the order of their priorities.
     pub others: Vec<RedisServer>,
     pub sentinel_port: u16,
+    /// The TLS ports of primary, replica and Sentinel ([`SentinelSetup::start_tls`]).
+    tls_ports: Option<[u16; 3]>,
     _sentinel: Proc,
     _dir: tempfile::TempDir,
 }
@@ -242,12 +310,52 @@ impl SentinelSetup {
     /// With one further replica per entry of `priorities` (its `replica-priority`; 0 = never
     /// promoted).
     pub fn start_with(priorities: &[u32]) -> SentinelSetup {
+        Self::build(priorities, None)
+    }
+
+    /// Primary, replica and Sentinel serving TLS with `files` (certificate, key, CA) on ports
+    /// of their own, replicating and monitoring over TLS: the Sentinel names the primary by its
+    /// TLS port, and [`SentinelSetup::sentinel_url`] is the Sentinel's TLS port. Their plain
+    /// ports stay open for the test's own checks only.
+    pub fn start_tls(files: [&std::path::Path; 3]) -> SentinelSetup {
+        Self::build(&[], Some(files))
+    }
+
+    fn build(priorities: &[u32], tls: Option<[&std::path::Path; 3]>) -> SentinelSetup {
+        let tls_ports = tls.map(|_| [free_port(), free_port(), free_port()]);
+        let files: Vec<String> = tls
+            .iter()
+            .flatten()
+            .map(|p| p.display().to_string())
+            .collect();
+        let ports: Vec<String> = tls_ports.iter().flatten().map(u16::to_string).collect();
+        // What a node serving TLS on port `i` adds to its flags.
+        let tls_args = |i: usize| -> Vec<&str> {
+            match tls {
+                None => vec![],
+                Some(_) => vec![
+                    "--tls-port",
+                    &ports[i],
+                    "--tls-cert-file",
+                    &files[0],
+                    "--tls-key-file",
+                    &files[1],
+                    "--tls-ca-cert-file",
+                    &files[2],
+                    "--tls-auth-clients",
+                    "no",
+                    "--tls-replication",
+                    "yes",
+                ],
+            }
+        };
         let aof = ["--appendonly", "yes", "--appendfsync", "always"];
-        let primary = RedisServer::start(&aof);
-        let primary_port = primary.port.to_string();
+        let primary = RedisServer::start(&[&aof[..], &tls_args(0)].concat());
+        // The port replicas and the Sentinel reach the primary on.
+        let primary_port = tls_ports.map_or(primary.port, |t| t[0]).to_string();
         let mut replica_args = aof.to_vec();
         replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
-        let replica = RedisServer::start(&replica_args);
+        let replica = RedisServer::start(&[&replica_args[..], &tls_args(1)].concat());
         let others: Vec<RedisServer> = priorities
             .iter()
             .map(|p| {
@@ -259,13 +367,20 @@ impl SentinelSetup {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let conf = format!(
+        let mut conf = format!(
             "port {port}\nbind 127.0.0.1\ndir {{dir}}\n\
              sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
              sentinel down-after-milliseconds {m} 1000\n\
              sentinel failover-timeout {m} 5000\n",
             m = Self::MASTER
         );
+        if tls.is_some() {
+            conf.push_str(&format!(
+                "tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-auth-clients no\ntls-replication yes\n",
+                ports[2], files[0], files[1], files[2]
+            ));
+        }
         let log = dir.path().join("sentinel.log");
         let spec = servers::conf_spec(
             dir.path(),
@@ -275,7 +390,7 @@ impl SentinelSetup {
             log,
         );
         let sentinel = start(spec);
-        let replica_port = replica.port.to_string();
+        let replica_port = tls_ports.map_or(replica.port, |t| t[1]).to_string();
         let ports: Vec<String> = others.iter().map(|r| r.port.to_string()).collect();
         wait_until("the Sentinel to see the replicas", || {
             redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER)).is_some_and(|r| {
@@ -287,13 +402,17 @@ impl SentinelSetup {
             replica,
             others,
             sentinel_port: port,
+            tls_ports,
             _sentinel: sentinel,
             _dir: dir,
         }
     }
 
     pub fn sentinel_url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.sentinel_port)
+        match self.tls_ports {
+            None => format!("redis://127.0.0.1:{}", self.sentinel_port),
+            Some(t) => format!("rediss://localhost:{}", t[2]),
+        }
     }
 
     /// Waits until the replica has everything the primary acknowledged.
@@ -316,7 +435,8 @@ impl SentinelSetup {
     /// kill -9 of the primary; returns once the Sentinel promoted the replica.
     pub fn kill_primary_and_fail_over(&mut self) {
         self.primary.kill_9();
-        let replica_port = self.replica.port.to_string();
+        let replica_port = self.tls_ports.map_or(self.replica.port, |t| t[1]);
+        let replica_port = replica_port.to_string();
         let port = self.sentinel_port;
         wait_until("the Sentinel failover", || {
             redis_raw(
