@@ -35,9 +35,26 @@ pub struct Row {
 /// The campaign's row: (total, per-user limit).
 type Campaign = (i64, i64);
 
-const ORDERS: &str = "SELECT order_id, user_id, qty, codes, state, pay_by, resolved_at \
-                      FROM orders WHERE campaign_id = ";
-const CAMPAIGN: &str = "SELECT total, per_user_limit FROM campaigns WHERE id = ";
+/// The campaign's orders, the campaign's placeholder given (`?` or `$1`).
+macro_rules! orders {
+    ($param:literal) => {
+        concat!(
+            "SELECT order_id, user_id, qty, codes, state, pay_by, resolved_at \
+             FROM orders WHERE campaign_id = ",
+            $param
+        )
+    };
+}
+
+/// The campaign's row, its placeholder given.
+macro_rules! campaign_row {
+    ($param:literal) => {
+        concat!(
+            "SELECT total, per_user_limit FROM campaigns WHERE id = ",
+            $param
+        )
+    };
+}
 
 /// The campaign's orders and its total and limit, read with SQL.
 pub async fn read(cluster: &Cluster, campaign: &str) -> anyhow::Result<(Vec<Row>, Campaign)> {
@@ -47,11 +64,11 @@ pub async fn read(cluster: &Cluster, campaign: &str) -> anyhow::Result<(Vec<Row>
             .filename(file)
             .read_only(true);
         let mut c = sqlx::SqliteConnection::connect_with(&opts).await?;
-        let rows = sqlx::query_as::<_, Row>(&format!("{ORDERS}?"))
+        let rows = sqlx::query_as::<_, Row>(orders!("?"))
             .bind(campaign)
             .fetch_all(&mut c)
             .await?;
-        let camp = sqlx::query_as::<_, Campaign>(&format!("{CAMPAIGN}?"))
+        let camp = sqlx::query_as::<_, Campaign>(campaign_row!("?"))
             .bind(campaign)
             .fetch_one(&mut c)
             .await?;
@@ -62,11 +79,11 @@ pub async fn read(cluster: &Cluster, campaign: &str) -> anyhow::Result<(Vec<Row>
         .as_deref()
         .ok_or_else(|| anyhow::anyhow!("the deployment has no ledger"))?;
     let mut c = sqlx::PgConnection::connect(url).await?;
-    let rows = sqlx::query_as::<_, Row>(&format!("{ORDERS}$1"))
+    let rows = sqlx::query_as::<_, Row>(orders!("$1"))
         .bind(campaign)
         .fetch_all(&mut c)
         .await?;
-    let camp = sqlx::query_as::<_, Campaign>(&format!("{CAMPAIGN}$1"))
+    let camp = sqlx::query_as::<_, Campaign>(campaign_row!("$1"))
         .bind(campaign)
         .fetch_one(&mut c)
         .await?;

@@ -252,9 +252,10 @@ pub mod sql {
          first_attempt_at = $2 WHERE sink_id = $1 AND state = 'dead'";
 }
 
-/// A statement of [`sql`] with SQLite's numbered placeholders.
-pub fn sqlite_params(sql: &str) -> String {
-    sql.replace('$', "?")
+/// A statement of [`sql`] with SQLite's numbered placeholders. Only for the constants of
+/// [`sql`] (and SQL made of them alone): its answer is marked safe to run as it is.
+pub fn sqlite_params(sql: &str) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(sql.replace('$', "?"))
 }
 
 /// Micros of a lease's length.

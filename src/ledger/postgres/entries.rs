@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use sqlx::PgConnection;
 
 use super::holds::Transition;
-use super::SELECT_ORDER;
 use crate::domain::Order;
 use crate::ledger::rows::OrderRow;
 
@@ -35,7 +34,7 @@ pub(super) async fn orders_by_id(
     conn: &mut PgConnection,
     ids: &[&str],
 ) -> anyhow::Result<HashMap<String, Order>> {
-    let rows: Vec<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = ANY($1)"))
+    let rows: Vec<OrderRow> = sqlx::query_as(select_order!(" WHERE order_id = ANY($1)"))
         .bind(ids)
         .fetch_all(&mut *conn)
         .await?;

@@ -41,7 +41,8 @@ pub(super) async fn read(pool: &PgPool, r: &FeedRead<'_>) -> anyhow::Result<Vec<
          LEFT JOIN orders o ON o.campaign_id = f.campaign_id AND o.seq = f.seq \
          ORDER BY f.pos"
     );
-    let mut q = sqlx::query_as::<_, FeedRow>(&sql)
+    // Made of constants and placeholders only ([`FeedRead::conditions`]): every value is bound.
+    let mut q = sqlx::query_as::<_, FeedRow>(sqlx::AssertSqlSafe(sql))
         .bind(r.after as i64)
         .bind(r.upto as i64)
         .bind(r.limit as i64);

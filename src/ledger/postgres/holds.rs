@@ -18,7 +18,6 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::event::event;
-use super::ORDER_COLUMNS;
 use crate::domain::{Order, OrderState};
 use crate::ledger::rows::{self, micros, OrderRow};
 use crate::ledger::LedgerWrite;
@@ -99,12 +98,10 @@ pub(super) async fn apply(conn: &mut PgConnection, t: &Transition) -> anyhow::Re
         event(conn, &o.campaign_id, event_kind(t.to), detail, t.at).await?;
         return Ok(Applied::Done);
     }
-    let row: OrderRow = sqlx::query_as(&format!(
-        "SELECT {ORDER_COLUMNS} FROM orders WHERE order_id = $1"
-    ))
-    .bind(&o.order_id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let row: OrderRow = sqlx::query_as(select_order!(" WHERE order_id = $1"))
+        .bind(&o.order_id)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(judge(&Order::try_from(row)?, t))
 }
 

@@ -10,6 +10,22 @@
 //! pending orders (holds) in `postgres/holds.rs`; one batch of [`LedgerWrite`]s in
 //! `postgres/writes.rs`, as `sqlite/writes.rs` does for SQLite.
 
+/// The columns of an order row, as one string literal: statements are put together with
+/// `concat!`, so each is a `&'static str` and no SQL is formatted at run time.
+macro_rules! order_columns {
+    () => {
+        "order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, \
+         resolved_at"
+    };
+}
+
+/// `SELECT` of [`order_columns!`] `FROM orders`, followed by the literals given.
+macro_rules! select_order {
+    ($($tail:literal),* $(,)?) => {
+        concat!("SELECT ", order_columns!(), " FROM orders", $($tail),*)
+    };
+}
+
 pub(crate) mod entries;
 mod event;
 mod feed;
@@ -92,7 +108,7 @@ impl Ledger for PgLedger {
     }
 
     async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {
-        let row: Option<OrderRow> = sqlx::query_as(&format!("{SELECT_ORDER} WHERE order_id = $1"))
+        let row: Option<OrderRow> = sqlx::query_as(select_order!(" WHERE order_id = $1"))
             .bind(order_id)
             .fetch_optional(&self.pool)
             .await?;
@@ -106,8 +122,8 @@ impl Ledger for PgLedger {
         after: u64,
         limit: u32,
     ) -> anyhow::Result<Vec<Order>> {
-        let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-            "{SELECT_ORDER} WHERE campaign_id = $1 AND seq > $2 \
+        let rows: Vec<OrderRow> = sqlx::query_as(select_order!(
+            " WHERE campaign_id = $1 AND seq > $2 \
              AND ($3::TEXT IS NULL OR user_id = $3) ORDER BY seq LIMIT $4"
         ))
         .bind(campaign_id)
@@ -210,12 +226,6 @@ impl Ledger for PgLedger {
             .collect()
     }
 }
-
-pub(super) const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at FROM orders";
-
-/// The columns of [`SELECT_ORDER`], for `RETURNING`.
-pub(super) const ORDER_COLUMNS: &str =
-    "order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at";
 
 #[cfg(test)]
 mod tls_tests {

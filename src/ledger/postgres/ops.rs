@@ -12,7 +12,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use super::event::event;
 use super::writes::insert_codes;
-use super::{PgLedger, ORDER_COLUMNS, SELECT_ORDER};
+use super::PgLedger;
 use crate::domain::CampaignDef;
 use crate::domain::{AdminKey, Error, Order, Restock, Status};
 use crate::ledger::admin_keys::{insert_pg, lookup_pg, Remembered};
@@ -293,9 +293,10 @@ impl PgLedger {
         .bind(order_id)
         .execute(&mut *tx)
         .await?;
-        let row: Option<OrderRow> = sqlx::query_as(&format!(
+        let row: Option<OrderRow> = sqlx::query_as(concat!(
             "UPDATE orders SET state = 'cancelled', cancelled_at = $1 \
-             WHERE order_id = $2 AND state IN ('active', 'confirmed') RETURNING {ORDER_COLUMNS}"
+             WHERE order_id = $2 AND state IN ('active', 'confirmed') RETURNING ",
+            order_columns!()
         ))
         .bind(micros(at))
         .bind(order_id)
@@ -318,8 +319,8 @@ impl PgLedger {
     /// Every cancelled order of a campaign (their release in Redis is idempotent, so the gate
     /// can be made to agree with them at any time).
     pub async fn cancelled_orders(&self, id: &str) -> anyhow::Result<Vec<Order>> {
-        let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-            "{SELECT_ORDER} WHERE campaign_id = $1 AND state = 'cancelled' ORDER BY seq"
+        let rows: Vec<OrderRow> = sqlx::query_as(select_order!(
+            " WHERE campaign_id = $1 AND state = 'cancelled' ORDER BY seq"
         ))
         .bind(id)
         .fetch_all(&self.pool)

@@ -25,12 +25,14 @@ const LEASE: &str = "UPDATE sinks SET \
 impl SinkStore for PgLedger {
     async fn sinks(&self) -> anyhow::Result<Vec<SinkRow>> {
         let sql = format!("{} ORDER BY s.created_at, s.id", sql::LIST);
-        Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     async fn sink(&self, id: &str) -> anyhow::Result<Option<SinkRow>> {
         let sql = format!("{} WHERE s.id = $1", sql::LIST);
-        Ok(sqlx::query_as(&sql)
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?)

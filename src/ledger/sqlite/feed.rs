@@ -30,7 +30,8 @@ pub(super) async fn read(readers: &SqlitePool, r: &FeedRead<'_>) -> anyhow::Resu
          LEFT JOIN orders o ON o.campaign_id = f.campaign_id AND o.seq = f.seq \
          WHERE f.pos > ?1 AND f.pos <= ?2{filters} ORDER BY f.pos LIMIT ?3"
     );
-    let mut q = sqlx::query_as::<_, FeedRow>(&sql)
+    // Made of constants and placeholders only ([`FeedRead::conditions`]): every value is bound.
+    let mut q = sqlx::query_as::<_, FeedRow>(sqlx::AssertSqlSafe(sql))
         .bind(r.after as i64)
         .bind(r.upto as i64)
         .bind(r.limit as i64);

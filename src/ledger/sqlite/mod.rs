@@ -10,6 +10,18 @@
 //! inserted without `ON CONFLICT`: a freshly decided order whose id the ledger already holds
 //! is a fault that stops the batch, never a silent no-op.
 
+/// `SELECT` of an order row's columns `FROM orders`, followed by the literals given: one
+/// `&'static str` put together with `concat!`, no SQL formatted at run time.
+macro_rules! select_order {
+    ($($tail:literal),* $(,)?) => {
+        concat!(
+            "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, \
+             pay_by, resolved_at FROM orders",
+            $($tail),*
+        )
+    };
+}
+
 mod feed;
 pub(crate) mod holds;
 pub(crate) mod live;
@@ -200,7 +212,7 @@ impl Ledger for SqliteLedger {
     async fn order(&self, order_id: &str) -> anyhow::Result<Option<Order>> {
         let (campaign_id, seq) = order_key(order_id);
         let row: Option<OrderRow> =
-            sqlx::query_as(&format!("{SELECT_ORDER} WHERE campaign_id = ? AND seq = ?"))
+            sqlx::query_as(select_order!(" WHERE campaign_id = ? AND seq = ?"))
                 .bind(campaign_id)
                 .bind(seq)
                 .fetch_optional(&self.readers)
@@ -215,8 +227,8 @@ impl Ledger for SqliteLedger {
         after: u64,
         limit: u32,
     ) -> anyhow::Result<Vec<Order>> {
-        let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-            "{SELECT_ORDER} WHERE campaign_id = ? AND seq > ? AND (? IS NULL OR user_id = ?) \
+        let rows: Vec<OrderRow> = sqlx::query_as(select_order!(
+            " WHERE campaign_id = ? AND seq > ? AND (? IS NULL OR user_id = ?) \
              ORDER BY seq LIMIT ?"
         ))
         .bind(campaign_id)
@@ -315,8 +327,6 @@ pub(super) fn order_key(order_id: &str) -> (&str, i64) {
         .map(|(campaign, seq)| (campaign, seq as i64))
         .unwrap_or(("", 0))
 }
-
-const SELECT_ORDER: &str = "SELECT order_id, campaign_id, user_id, qty, codes, state, created_at, cancelled_at, pay_by, resolved_at FROM orders";
 
 impl SqliteLedger {
     /// Deletes the answers of claims that changed nothing (every outcome but `won`) older

@@ -93,12 +93,12 @@ macro_rules! in_tx {
 impl SinkStore for SqliteLedger {
     async fn sinks(&self) -> anyhow::Result<Vec<SinkRow>> {
         let sql = q(&format!("{} ORDER BY s.created_at, s.id", sql::LIST));
-        Ok(sqlx::query_as(&sql).fetch_all(&self.readers).await?)
+        Ok(sqlx::query_as(sql).fetch_all(&self.readers).await?)
     }
 
     async fn sink(&self, id: &str) -> anyhow::Result<Option<SinkRow>> {
         let sql = q(&format!("{} WHERE s.id = $1", sql::LIST));
-        let rows: Vec<SinkRow> = sqlx::query_as(&sql)
+        let rows: Vec<SinkRow> = sqlx::query_as(sql)
             .bind(id)
             .fetch_all(&self.readers)
             .await?;
@@ -107,7 +107,7 @@ impl SinkStore for SqliteLedger {
 
     async fn put_sink(&self, new: &NewSink, cursor: u64, now: i64) -> anyhow::Result<bool> {
         let mut w = self.writer.lock().await;
-        let done = sqlx::query(&q(sql::INSERT))
+        let done = sqlx::query(q(sql::INSERT))
             .bind(&new.id)
             .bind(new.kind.as_str())
             .bind(&new.target)
@@ -124,11 +124,11 @@ impl SinkStore for SqliteLedger {
 
     async fn delete_sink(&self, id: &str) -> anyhow::Result<bool> {
         in_tx!(self, |conn| {
-            let gone = sqlx::query(&q(sql::DELETE))
+            let gone = sqlx::query(q(sql::DELETE))
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
-            sqlx::query(&q(sql::DELETE_PARKED))
+            sqlx::query(q(sql::DELETE_PARKED))
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
@@ -143,7 +143,7 @@ impl SinkStore for SqliteLedger {
         reason: Option<&str>,
     ) -> anyhow::Result<bool> {
         let mut w = self.writer.lock().await;
-        let done = sqlx::query(&q(sql::ENABLE))
+        let done = sqlx::query(q(sql::ENABLE))
             .bind(id)
             .bind(enabled as i64)
             .bind(reason)
@@ -161,7 +161,7 @@ impl SinkStore for SqliteLedger {
     ) -> anyhow::Result<Option<(i64, u64)>> {
         let mut w = self.writer.lock().await;
         // fetch_all, not fetch_optional: the statement's own error must not be dropped.
-        let rows: Vec<(i64, i64)> = sqlx::query_as(&q(sql::LEASE))
+        let rows: Vec<(i64, i64)> = sqlx::query_as(q(sql::LEASE))
             .bind(id)
             .bind(owner)
             .bind(now)
@@ -173,7 +173,7 @@ impl SinkStore for SqliteLedger {
 
     async fn release(&self, id: &str, owner: &str) -> anyhow::Result<()> {
         let mut w = self.writer.lock().await;
-        sqlx::query(&q(sql::RELEASE))
+        sqlx::query(q(sql::RELEASE))
             .bind(id)
             .bind(owner)
             .execute(w.conn().await?)
@@ -183,7 +183,7 @@ impl SinkStore for SqliteLedger {
 
     async fn advance(&self, id: &str, fence: i64, p: &Progress) -> anyhow::Result<bool> {
         in_tx!(self, |conn| {
-            let moved = sqlx::query(&q(sql::ADVANCE))
+            let moved = sqlx::query(q(sql::ADVANCE))
                 .bind(id)
                 .bind(fence)
                 .bind(p.cursor as i64)
@@ -197,7 +197,7 @@ impl SinkStore for SqliteLedger {
                 return Ok(false);
             }
             for e in &p.parked {
-                sqlx::query(&q(sql::PARK))
+                sqlx::query(q(sql::PARK))
                     .bind(id)
                     .bind(e.pos)
                     .bind(&e.event_id)
@@ -217,7 +217,7 @@ impl SinkStore for SqliteLedger {
 
     async fn failed(&self, id: &str, fence: i64, error: &str, now: i64) -> anyhow::Result<()> {
         let mut w = self.writer.lock().await;
-        sqlx::query(&q(sql::FAILED))
+        sqlx::query(q(sql::FAILED))
             .bind(id)
             .bind(fence)
             .bind(error)
@@ -228,7 +228,7 @@ impl SinkStore for SqliteLedger {
     }
 
     async fn parked_lanes(&self, id: &str) -> anyhow::Result<Vec<(String, bool)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&q(sql::LANES))
+        let rows: Vec<(String, i64)> = sqlx::query_as(q(sql::LANES))
             .bind(id)
             .fetch_all(&self.readers)
             .await?;
@@ -236,7 +236,7 @@ impl SinkStore for SqliteLedger {
     }
 
     async fn due(&self, id: &str, now: i64, limit: u32) -> anyhow::Result<Vec<Parked>> {
-        Ok(sqlx::query_as(&q(sql::DUE))
+        Ok(sqlx::query_as(q(sql::DUE))
             .bind(id)
             .bind(now)
             .bind(limit as i64)
@@ -246,7 +246,7 @@ impl SinkStore for SqliteLedger {
 
     async fn retried(&self, id: &str, fence: i64, r: &Retried, now: i64) -> anyhow::Result<bool> {
         in_tx!(self, |conn| {
-            let (held,): (i64,) = sqlx::query_as(&q(sql::FENCED))
+            let (held,): (i64,) = sqlx::query_as(q(sql::FENCED))
                 .bind(id)
                 .bind(fence)
                 .fetch_one(&mut *conn)
@@ -256,18 +256,18 @@ impl SinkStore for SqliteLedger {
             }
             match r {
                 Retried::Taken { pos, lane, at } => {
-                    sqlx::query(&q(sql::TAKEN))
+                    sqlx::query(q(sql::TAKEN))
                         .bind(id)
                         .bind(pos)
                         .execute(&mut *conn)
                         .await?;
-                    sqlx::query(&q(sql::NEXT_DUE))
+                    sqlx::query(q(sql::NEXT_DUE))
                         .bind(id)
                         .bind(lane)
                         .bind(now)
                         .execute(&mut *conn)
                         .await?;
-                    sqlx::query(&q(sql::TOOK))
+                    sqlx::query(q(sql::TOOK))
                         .bind(id)
                         .bind(at)
                         .execute(&mut *conn)
@@ -279,7 +279,7 @@ impl SinkStore for SqliteLedger {
                     next_attempt_at,
                     error,
                 } => {
-                    sqlx::query(&q(sql::REFUSED))
+                    sqlx::query(q(sql::REFUSED))
                         .bind(id)
                         .bind(pos)
                         .bind(attempts)
@@ -289,7 +289,7 @@ impl SinkStore for SqliteLedger {
                         .await?;
                 }
                 Retried::Dead { lane, error } => {
-                    sqlx::query(&q(sql::DEAD))
+                    sqlx::query(q(sql::DEAD))
                         .bind(id)
                         .bind(lane)
                         .bind(error)
@@ -302,7 +302,7 @@ impl SinkStore for SqliteLedger {
     }
 
     async fn dead_letters(&self, id: &str, limit: u32) -> anyhow::Result<Vec<Parked>> {
-        Ok(sqlx::query_as(&q(sql::DEAD_LIST))
+        Ok(sqlx::query_as(q(sql::DEAD_LIST))
             .bind(id)
             .bind(limit as i64)
             .fetch_all(&self.readers)
@@ -311,7 +311,7 @@ impl SinkStore for SqliteLedger {
 
     async fn replay(&self, id: &str, now: i64) -> anyhow::Result<u64> {
         let mut w = self.writer.lock().await;
-        let done = sqlx::query(&q(sql::REPLAY))
+        let done = sqlx::query(q(sql::REPLAY))
             .bind(id)
             .bind(now)
             .execute(w.conn().await?)

@@ -73,10 +73,12 @@ async fn a_paused_holder_cannot_write_after_its_lease_passed_on() {
     let locks = redis_locks(&[redis.url()], None).await;
     let b = grant(&locks, "payout", Duration::from_secs(30)).await;
     assert!(b.fence > fence_a, "fence {} after {fence_a}", b.fence);
-    let wrote = sqlx::query(&WRITE.replace("$FENCE", &b.fence.to_string()))
-        .execute(&pool)
-        .await
-        .unwrap();
+    let wrote = sqlx::query(sqlx::AssertSqlSafe(
+        WRITE.replace("$FENCE", &b.fence.to_string()),
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
     assert_eq!(wrote.rows_affected(), 1, "the current holder's write lands");
 
     // The paused command wakes up and sends its write with the old fence.

@@ -18,7 +18,7 @@ use super::redis_outage::{check_orders, load, Log};
 use crate::servers::{PgServer, RedisServer};
 
 /// `ALTER SYSTEM` statements, a reload, and every other session cut so they take effect now.
-async fn reconfigure(pg: &PgServer, statements: &[&str]) {
+async fn reconfigure(pg: &PgServer, statements: &[&'static str]) {
     // This session is exempt from what it configures, from its start: a `SET` sent after
     // connecting already ran under a 1 ms statement timeout and, on a loaded machine, hit it.
     let opts = sqlx::postgres::PgConnectOptions::from_str(&pg.url("postgres"))
@@ -28,7 +28,7 @@ async fn reconfigure(pg: &PgServer, statements: &[&str]) {
             ("default_transaction_read_only", "off"),
         ]);
     let mut conn = sqlx::PgConnection::connect_with(&opts).await.unwrap();
-    for s in statements {
+    for &s in statements {
         sqlx::query(s).execute(&mut conn).await.unwrap();
     }
     sqlx::query("SELECT pg_reload_conf()")

@@ -125,7 +125,8 @@ impl PgServer {
         let mut conn = sqlx::PgConnection::connect(&self.url("postgres"))
             .await
             .expect("connect to the test PostgreSQL");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
+        // The name is made here, of the process id and a counter.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut conn)
             .await
             .expect("create a test database");
