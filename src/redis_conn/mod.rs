@@ -81,6 +81,7 @@ impl RedisConn {
         if target.is_cluster() {
             let over_tls =
                 tls::one_scheme(&infos(&target.urls).context("invalid Redis Cluster URL")?)?;
+            tls::provider();
             let mut builder = ClusterClient::builder(target.urls.clone());
             if let Some(certs) = tls::certs().filter(|_| over_tls) {
                 builder = builder.certs(certs);

@@ -99,9 +99,22 @@ pub fn one_scheme(nodes: &[ConnectionInfo]) -> anyhow::Result<bool> {
     Ok(tls > 0)
 }
 
+/// Installs ring as the process's rustls provider, once. redis 1.x asks rustls for the
+/// process default, which rustls can only pick by itself while exactly one provider is built:
+/// a dependency that ever brought aws-lc-rs in as well would make the first `rediss://`
+/// connection panic.
+pub fn provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err: another part of the process installed one first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// A client for `info`: over TLS with the configured files when `info` is a `rediss://`
 /// address and files were given, else as `redis::Client::open` makes it.
 pub fn client(info: impl IntoConnectionInfo) -> redis::RedisResult<redis::Client> {
+    provider();
     let info = info.into_connection_info()?;
     match CERTS.get() {
         Some(certs) if is_tls(&info) => redis::Client::build_with_tls(info, certs.clone()),

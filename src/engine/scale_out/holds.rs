@@ -129,10 +129,16 @@ impl Scripts {
 
 /// The answer to a confirm or hold cancel whose script call failed: "nothing was changed" only
 /// when it surely did not run; else it may have, and the caller retries (both are idempotent
-/// and answer the order's state).
-fn resolve_failed(confirm: bool, order_id: &str) -> impl Fn(redis::RedisError) -> Error + '_ {
+/// and answer the order's state). Never "nothing was changed" on a Redis Cluster, as for
+/// claims: a failed slot refresh answers every request in flight with its own last error (a
+/// refused connection to a dead node, say) while the script may have run on a live one.
+fn resolve_failed(
+    confirm: bool,
+    cluster: bool,
+    order_id: &str,
+) -> impl Fn(redis::RedisError) -> Error + '_ {
     move |e| {
-        if crate::redis_conn::link::surely_not_executed(&e) {
+        if !cluster && crate::redis_conn::link::surely_not_executed(&e) {
             return Error::unavailable("Redis did not answer; nothing was changed", e);
         }
         let what = if confirm { "confirm" } else { "cancel" };
@@ -155,11 +161,12 @@ impl ScaleOut {
         for attempt in 0..2 {
             // Gated like claims: a Redis not yet checked against the ledger (back from an old
             // snapshot) must not resolve what the ledger may already hold resolved.
+            let conn = self.conn();
             let (tag, value) = self
                 .scripts
-                .resolve_hold(&mut self.conn().gated(), confirm, campaign, order_id)
+                .resolve_hold(&mut conn.gated(), confirm, campaign, order_id)
                 .await
-                .map_err(resolve_failed(confirm, order_id))?;
+                .map_err(resolve_failed(confirm, conn.is_cluster(), order_id))?;
             let order = || {
                 order_of_record(order_id, &value).ok_or_else(|| {
                     Error::unavailable("the gate's record of the order is malformed", order_id)
@@ -304,6 +311,25 @@ pub(super) async fn sweep_loop(me: Weak<ScaleOut>) -> anyhow::Result<()> {
         if let Err(e) = me.sweep().await {
             // Redis is down for a moment: the next tick tries again.
             tracing::debug!(error = %e, "expiring pending orders failed; retrying");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_is_nothing_changed_only_off_a_cluster() {
+        let refused =
+            || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(matches!(
+            resolve_failed(true, false, "o-1")(refused()),
+            Error::Unavailable(_)
+        ));
+        for confirm in [true, false] {
+            let e = resolve_failed(confirm, true, "o-1")(refused());
+            assert!(matches!(e, Error::OutcomeUnknown(_)), "{e:?}");
         }
     }
 }

@@ -46,7 +46,9 @@ pub fn undecided(campaign: &str, why: &Claimed) -> Error {
 /// script surely did not run (the link refused it while Redis is down, or Redis rejected it
 /// before running); otherwise it may have run before the connection broke, and the client
 /// is told so. Never for a cluster: its client hides which node and connection the call took,
-/// so no error it returns proves the script did not run.
+/// so no error it returns proves the script did not run (redis 1.x answers every request in
+/// flight with the last error of a failed slot refresh, e.g. a refused connection to a dead
+/// node, while the script may have run on a live one).
 pub fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
     move |e| {
         let not_run = !cluster
