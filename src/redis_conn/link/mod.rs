@@ -277,7 +277,24 @@ impl Link {
     /// One command; refused at once while the link is down.
     pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
         let (generation, mut conn) = self.current()?;
-        self.guard(generation, conn.req_packed_command(cmd)).await
+        let reply = self.guard(generation, conn.req_packed_command(cmd)).await;
+        if let Ok(v) = &reply {
+            self.demoted(generation, std::slice::from_ref(v));
+        }
+        reply
+    }
+
+    /// A `READONLY` reply comes back as a value, not an error: the Redis behind this link was
+    /// demoted to a replica, and the link goes down to find the primary again (through the
+    /// Sentinels) instead of sending every later write to a replica.
+    fn demoted(&self, generation: u64, replies: &[Value]) {
+        let readonly = replies.iter().find_map(|v| match v {
+            Value::ServerError(e) if e.code() == "READONLY" => Some(e.clone()),
+            _ => None,
+        });
+        if let Some(e) = readonly {
+            self.broken(generation, &RedisError::from(e));
+        }
     }
 
     /// A pipeline; refused at once while the link is down.
@@ -288,8 +305,13 @@ impl Link {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         let (generation, mut conn) = self.current()?;
-        self.guard(generation, conn.req_packed_commands(cmd, offset, count))
-            .await
+        let replies = self
+            .guard(generation, conn.req_packed_commands(cmd, offset, count))
+            .await;
+        if let Ok(v) = &replies {
+            self.demoted(generation, v);
+        }
+        replies
     }
 }
 
