@@ -12,6 +12,7 @@ mod cluster_failover;
 mod cluster_frozen;
 mod cluster_outage;
 mod cluster_reset;
+mod demoted;
 mod dormant;
 mod fail_open;
 mod guards;
