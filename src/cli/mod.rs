@@ -166,4 +166,19 @@ mod tests {
         assert_eq!(cfg.listen.port(), 9000);
         assert_eq!(cfg.delivery.webhooks, ["http://a/2"]);
     }
+
+    #[test]
+    fn a_replica_wait_longer_than_the_heartbeat_allows_is_refused() {
+        let parse = |ms: &str| {
+            <super::Cli as clap::Parser>::try_parse_from([
+                "seckill",
+                "serve",
+                "--redis-wait-timeout-ms",
+                ms,
+            ])
+        };
+        assert!(parse("1000").is_ok());
+        let e = parse("1001").unwrap_err().to_string();
+        assert!(e.contains("1..=1000"), "{e}");
+    }
 }

@@ -131,7 +131,10 @@ pub struct PipelineArgs {
     pub redis_wait_replicas: Option<u32>,
 
     /// Longest a claim batch waits for the replicas before answering 503 (outcome unknown).
-    #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    /// At most 1000: Redis holds every later command of the connection behind a `WAIT`,
+    /// the link's heartbeat included, and a heartbeat unanswered for 1.5 s declares the
+    /// connection dead (every claim refused until it reconnects).
+    #[arg(long, env = "SECKILL_REDIS_WAIT_TIMEOUT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub redis_wait_timeout_ms: u64,
 }
 
