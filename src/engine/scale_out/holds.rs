@@ -128,17 +128,15 @@ impl Scripts {
 }
 
 /// The answer to a confirm or hold cancel whose script call failed: "nothing was changed" only
-/// when it surely did not run; else it may have, and the caller retries (both are idempotent
-/// and answer the order's state). Never "nothing was changed" on a Redis Cluster, as for
-/// claims: a failed slot refresh answers every request in flight with its own last error (a
-/// refused connection to a dead node, say) while the script may have run on a live one.
+/// when it surely did not run (`refuse::not_run`, never on a cluster); else it may have, and
+/// the caller retries (both are idempotent and answer the order's state).
 fn resolve_failed(
     confirm: bool,
     cluster: bool,
     order_id: &str,
 ) -> impl Fn(redis::RedisError) -> Error + '_ {
     move |e| {
-        if !cluster && crate::redis_conn::link::surely_not_executed(&e) {
+        if super::refuse::not_run(cluster, &e) {
             return Error::unavailable("Redis did not answer; nothing was changed", e);
         }
         let what = if confirm { "confirm" } else { "cancel" };

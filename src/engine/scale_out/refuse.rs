@@ -42,18 +42,24 @@ pub fn undecided(campaign: &str, why: &Claimed) -> Error {
     ))
 }
 
-/// The answer to a claim whose script call failed: "nothing was changed" only when the
-/// script surely did not run (the link refused it while Redis is down, or Redis rejected it
-/// before running); otherwise it may have run before the connection broke, and the client
-/// is told so. Never for a cluster: its client hides which node and connection the call took,
-/// so no error it returns proves the script did not run (redis 1.x answers every request in
-/// flight with the last error of a failed slot refresh, e.g. a refused connection to a dead
-/// node, while the script may have run on a live one).
+/// Whether the failed script call `e` surely did not run (the link refused it while Redis is
+/// down, or Redis rejected it before running), so the caller may answer "nothing was
+/// changed". Never on a cluster (`cluster`): its client hides which node and connection the
+/// call took, so no error it returns proves the script did not run (redis 1.x answers every
+/// request in flight with the last error of a failed slot refresh, e.g. a refused connection
+/// to a dead node, while the script may have run on a live one).
+pub(super) fn not_run(cluster: bool, e: &redis::RedisError) -> bool {
+    !cluster && surely_not_executed(e)
+}
+
+/// The answer to a claim whose script call failed: "nothing was changed" only when it
+/// surely did not run ([`not_run`]); otherwise it may have run before the connection broke,
+/// and the client is told so.
 pub fn claim_failed(campaign: &str, cluster: bool) -> impl Fn(anyhow::Error) -> Error + '_ {
     move |e| {
-        let not_run = !cluster
-            && e.downcast_ref::<redis::RedisError>()
-                .is_some_and(surely_not_executed);
+        let not_run = e
+            .downcast_ref::<redis::RedisError>()
+            .is_some_and(|e| not_run(cluster, e));
         if not_run {
             tracing::debug!(error = %format!("{e:#}"), campaign, "claim refused: Redis unavailable");
             return Error::Unavailable(
