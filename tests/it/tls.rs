@@ -126,17 +126,8 @@ fn refused(args: &[String]) -> String {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("seckill starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("seckill kept running with a certificate it must refuse");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = crate::servers::exit_within(&mut child, Duration::from_secs(60))
+        .expect("seckill kept running with a certificate it must refuse");
     let mut log = String::new();
     use std::io::Read;
     child
@@ -205,15 +196,7 @@ async fn scale_out_runs_over_verified_tls_and_refuses_a_certificate_that_does_no
         other => panic!("{other:?}"),
     }
     crate::helpers::settle_url(&c).await;
-    let (s, orders) = c
-        .admin(reqwest::Method::GET, "/v1/campaigns/tls/orders", None)
-        .await
-        .unwrap();
-    assert_eq!(
-        (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
-        (200, Some(1)),
-        "{orders}"
-    );
+    assert_orders(&c, "tls", 1).await;
     drop(server);
 
     // PostgreSQL's certificate checked against a CA that did not sign it.
@@ -231,6 +214,36 @@ async fn scale_out_runs_over_verified_tls_and_refuses_a_certificate_that_does_no
     );
     let log = refused(&args(&ca, &ca, false));
     assert!(log.contains("cannot connect to Redis"), "{log}");
+}
+
+/// Asserts that the ledger holds `n` orders of `campaign`.
+async fn assert_orders(c: &seckill::bench::client::Client, campaign: &str, n: usize) {
+    let (s, orders) = c
+        .admin(
+            reqwest::Method::GET,
+            &format!("/v1/campaigns/{campaign}/orders"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
+        (200, Some(n)),
+        "{campaign}: {orders}"
+    );
+}
+
+/// `CLIENT LIST` of the Redis whose plain port is `port`, once checked that no connection
+/// came in on that port but the one asking.
+fn only_the_asker_in_plain(port: u16) -> String {
+    let clients = crate::servers::redis_raw(port, "CLIENT LIST").unwrap();
+    let plain = format!("laddr=127.0.0.1:{port} ");
+    let on_plain: Vec<&str> = clients.lines().filter(|l| l.contains(&plain)).collect();
+    assert!(
+        on_plain.len() == 1 && on_plain[0].contains("cmd=client|list"),
+        "{clients}"
+    );
+    clients
 }
 
 /// The first claim of a new user on `campaign` that wins within 60 s (claims fail while the
@@ -292,28 +305,11 @@ async fn sentinels_over_tls_name_a_primary_reached_over_tls_through_a_failover()
     redis.kill_primary_and_fail_over();
     a_claim_wins(&c, "tls-sentinel", "after").await;
     crate::helpers::settle_url(&c).await;
-    let (s, orders) = c
-        .admin(
-            reqwest::Method::GET,
-            "/v1/campaigns/tls-sentinel/orders",
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
-        (200, Some(2)),
-        "{orders}"
-    );
+    assert_orders(&c, "tls-sentinel", 2).await;
     // Every connection seckill made to the new primary came in on its TLS port: on the plain
     // port, only the connection asking.
-    let clients = crate::servers::redis_raw(redis.replica.port, "CLIENT LIST").unwrap();
+    let clients = only_the_asker_in_plain(redis.replica.port);
     let plain = format!("laddr=127.0.0.1:{} ", redis.replica.port);
-    let on_plain: Vec<&str> = clients.lines().filter(|l| l.contains(&plain)).collect();
-    assert!(
-        on_plain.len() == 1 && on_plain[0].contains("cmd=client|list"),
-        "{clients}"
-    );
     // ...while seckill's own (not the Sentinel's, which it names) came in over TLS.
     assert!(
         clients
@@ -362,28 +358,10 @@ async fn a_redis_cluster_is_reached_over_tls_on_every_node() {
     }
     crate::helpers::settle_url(&c).await;
     for id in &ids {
-        let (s, orders) = c
-            .admin(
-                reqwest::Method::GET,
-                &format!("/v1/campaigns/{id}/orders"),
-                None,
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            (s.as_u16(), orders["orders"].as_array().map(Vec::len)),
-            (200, Some(1)),
-            "{id}: {orders}"
-        );
+        assert_orders(&c, id, 1).await;
     }
     // No connection of seckill's came in on a plain port: there, only the one asking.
     for n in &cluster.nodes {
-        let clients = crate::servers::redis_raw(n.port, "CLIENT LIST").unwrap();
-        let plain = format!("laddr=127.0.0.1:{} ", n.port);
-        let on_plain: Vec<&str> = clients.lines().filter(|l| l.contains(&plain)).collect();
-        assert!(
-            on_plain.len() == 1 && on_plain[0].contains("cmd=client|list"),
-            "{clients}"
-        );
+        only_the_asker_in_plain(n.port);
     }
 }

@@ -47,6 +47,25 @@ pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Waits up to `limit` for `child` to exit; kills it and answers `None` if it does not.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Sends one inline command to a Redis on `port` and returns the raw reply.
 pub fn redis_raw(port: u16, command: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -59,6 +78,8 @@ pub fn redis_raw(port: u16, command: &str) -> Option<String> {
 
 mod postgres;
 mod redis;
+mod sentinel;
 
 pub use postgres::{pg, PgServer};
-pub use redis::{RedisCluster, RedisServer, SentinelSetup};
+pub use redis::{RedisCluster, RedisServer};
+pub use sentinel::SentinelSetup;

@@ -1,12 +1,13 @@
-//! Throwaway redis-server instances: single node, three-master Cluster, primary + replica +
-//! Sentinel.
+//! Throwaway redis-server instances: single node and three-master Cluster, with or without
+//! TLS (the Sentinel setup is in `sentinel.rs`).
 
+use std::path::Path;
 use std::time::Duration;
 
 use seckill::testing::process::Proc;
 use seckill::testing::servers;
 
-use super::{free_port, redis_raw, start, wait_until};
+use super::{exit_within, free_port, redis_raw, start, wait_until};
 
 /// A redis-server on a free port with its own directory.
 pub struct RedisServer {
@@ -99,75 +100,41 @@ impl RedisCluster {
     }
 
     /// Three masters whose clients and cluster bus speak TLS with `files` (certificate, key,
-    /// CA), created over TLS: the slot map names their TLS ports, whose ports it returns. Their plain ports stay open for the test's own checks only.
-    pub fn start_tls(files: [&std::path::Path; 3]) -> (RedisCluster, Vec<u16>) {
-        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    /// CA), created over TLS: the slot map names their TLS ports, which this returns. Their
+    /// plain ports stay open for the test's own checks only.
+    pub fn start_tls(files: [&Path; 3]) -> (RedisCluster, Vec<u16>) {
+        let files = paths(files);
         let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let nodes: Vec<RedisServer> = tls_ports
-            .iter()
-            .map(|t| {
-                // The bus port named explicitly: with a plain and a TLS port, Redis 7.0 would
-                // put it next to the plain one while peers look for it next to the TLS one.
-                let bus = (t + 10_000).to_string();
-                let t = t.to_string();
-                RedisServer::start(&[
-                    "--cluster-port",
-                    &bus,
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                    "--tls-port",
-                    &t,
-                    "--tls-cert-file",
-                    &files[0],
-                    "--tls-key-file",
-                    &files[1],
-                    "--tls-ca-cert-file",
-                    &files[2],
-                    "--tls-auth-clients",
-                    "no",
-                    "--tls-cluster",
-                    "yes",
-                    "--tls-replication",
-                    "yes",
-                ])
-            })
-            .collect();
+        let nodes = Self::nodes_with(3, "5000", |i| {
+            let port = tls_ports[i];
+            let mut flags = flags(&tls_settings(port, &files));
+            // The bus port named explicitly: with a plain and a TLS port, Redis 7.0 would put
+            // it next to the plain one while peers look for it next to the TLS one.
+            flags.extend(["--tls-cluster", "yes", "--cluster-port"].map(str::to_owned));
+            flags.push((port + 10_000).to_string());
+            flags
+        });
         let mut cmd = servers::cluster_create(&tls_ports, 0).unwrap_or_else(|e| panic!("{e:#}"));
         cmd.args(["--tls", "--cacert", &files[2]]);
-        // redis-cli waits for the nodes to join for as long as it takes: bounded here.
-        let mut child = cmd
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-cli runs");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the TLS cluster's nodes did not join within 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        assert!(status.success(), "cluster create failed: {status:?}");
-        for n in &nodes {
-            let port = n.port;
-            wait_until("the Redis Cluster", || {
-                redis_raw(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
-            });
-        }
-        (RedisCluster { nodes }, tls_ports)
+        (Self::join(cmd, nodes), tls_ports)
     }
 
     /// `n` cluster-enabled servers with this node timeout (ms) and `extra` flags.
     fn nodes(n: usize, timeout_ms: &str, extra: &[&str]) -> Vec<RedisServer> {
+        Self::nodes_with(n, timeout_ms, |_| {
+            extra.iter().map(|f| f.to_string()).collect()
+        })
+    }
+
+    /// `n` cluster-enabled servers with this node timeout (ms), node `i` with `extra(i)` flags.
+    fn nodes_with(
+        n: usize,
+        timeout_ms: &str,
+        extra: impl Fn(usize) -> Vec<String>,
+    ) -> Vec<RedisServer> {
         (0..n)
-            .map(|_| {
+            .map(|i| {
+                let extra = extra(i);
                 let mut args = vec![
                     "--cluster-enabled",
                     "yes",
@@ -176,7 +143,7 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     timeout_ms,
                 ];
-                args.extend_from_slice(extra);
+                args.extend(extra.iter().map(String::as_str));
                 RedisServer::start(&args)
             })
             .collect()
@@ -186,19 +153,7 @@ impl RedisCluster {
     /// each, say): the slot map every cluster client reads names those ports. `started` gets
     /// the nodes' own ports before the cluster is created (through the announced ports).
     pub fn start_announcing(announce: [u16; 3], started: impl FnOnce(&[u16])) -> RedisCluster {
-        let nodes: Vec<RedisServer> = announce
-            .iter()
-            .map(|_| {
-                RedisServer::start(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
-            })
-            .collect();
+        let nodes = Self::nodes(announce.len(), "5000", &[]);
         for (n, port) in nodes.iter().zip(announce) {
             for set in [
                 format!("CONFIG SET cluster-announce-port {port}"),
@@ -269,8 +224,24 @@ impl RedisCluster {
 
     fn create_with(nodes: Vec<RedisServer>, replicas: u8) -> RedisCluster {
         let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-        let mut cmd = servers::cluster_create(&ports, replicas).unwrap_or_else(|e| panic!("{e:#}"));
-        let out = cmd.output().expect("redis-cli runs");
+        let cmd = servers::cluster_create(&ports, replicas).unwrap_or_else(|e| panic!("{e:#}"));
+        Self::join(cmd, nodes)
+    }
+
+    /// Runs `create` (`redis-cli --cluster create` over `nodes`) and waits for the cluster.
+    fn join(mut create: std::process::Command, nodes: Vec<RedisServer>) -> RedisCluster {
+        use std::process::Stdio;
+        // redis-cli waits for the nodes to join for as long as it takes: bounded here.
+        let mut child = create
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("redis-cli runs");
+        assert!(
+            exit_within(&mut child, Duration::from_secs(120)).is_some(),
+            "the cluster's nodes did not join within 120 s"
+        );
+        let out = child.wait_with_output().expect("redis-cli's output");
         assert!(out.status.success(), "cluster create failed: {out:?}");
         for n in &nodes {
             let port = n.port;
@@ -287,163 +258,28 @@ impl RedisCluster {
     }
 }
 
-/// A primary, one replica and one Sentinel watching them as `mymaster`.
-pub struct SentinelSetup {
-    pub primary: RedisServer,
-    pub replica: RedisServer,
-    /// Further replicas ([`SentinelSetup::start_with`]), in the order of their priorities.
-    pub others: Vec<RedisServer>,
-    pub sentinel_port: u16,
-    /// The TLS ports of primary, replica and Sentinel ([`SentinelSetup::start_tls`]).
-    tls_ports: Option<[u16; 3]>,
-    _sentinel: Proc,
-    _dir: tempfile::TempDir,
+/// `files` (certificate, key, CA) as the paths redis-server is given.
+pub(super) fn paths(files: [&Path; 3]) -> [String; 3] {
+    files.map(|p| p.display().to_string())
 }
 
-impl SentinelSetup {
-    pub const MASTER: &'static str = "mymaster";
+/// The settings of a redis-server or Sentinel serving TLS on `port` with `files`: clients need
+/// no certificate of their own, and replication goes over TLS too.
+pub(super) fn tls_settings(port: u16, files: &[String; 3]) -> [(&'static str, String); 6] {
+    [
+        ("tls-port", port.to_string()),
+        ("tls-cert-file", files[0].clone()),
+        ("tls-key-file", files[1].clone()),
+        ("tls-ca-cert-file", files[2].clone()),
+        ("tls-auth-clients", "no".to_owned()),
+        ("tls-replication", "yes".to_owned()),
+    ]
+}
 
-    pub fn start() -> SentinelSetup {
-        Self::start_with(&[])
-    }
-
-    /// With one further replica per entry of `priorities` (its `replica-priority`; 0 = never
-    /// promoted).
-    pub fn start_with(priorities: &[u32]) -> SentinelSetup {
-        Self::build(priorities, None)
-    }
-
-    /// Primary, replica and Sentinel serving TLS with `files` (certificate, key, CA) on ports
-    /// of their own, replicating and monitoring over TLS: the Sentinel names the primary by its
-    /// TLS port, and [`SentinelSetup::sentinel_url`] is the Sentinel's TLS port. Their plain
-    /// ports stay open for the test's own checks only.
-    pub fn start_tls(files: [&std::path::Path; 3]) -> SentinelSetup {
-        Self::build(&[], Some(files))
-    }
-
-    fn build(priorities: &[u32], tls: Option<[&std::path::Path; 3]>) -> SentinelSetup {
-        let tls_ports = tls.map(|_| [free_port(), free_port(), free_port()]);
-        let files: Vec<String> = tls
-            .iter()
-            .flatten()
-            .map(|p| p.display().to_string())
-            .collect();
-        let ports: Vec<String> = tls_ports.iter().flatten().map(u16::to_string).collect();
-        // What a node serving TLS on port `i` adds to its flags.
-        let tls_args = |i: usize| -> Vec<&str> {
-            match tls {
-                None => vec![],
-                Some(_) => vec![
-                    "--tls-port",
-                    &ports[i],
-                    "--tls-cert-file",
-                    &files[0],
-                    "--tls-key-file",
-                    &files[1],
-                    "--tls-ca-cert-file",
-                    &files[2],
-                    "--tls-auth-clients",
-                    "no",
-                    "--tls-replication",
-                    "yes",
-                ],
-            }
-        };
-        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
-        let primary = RedisServer::start(&[&aof[..], &tls_args(0)].concat());
-        // The port replicas and the Sentinel reach the primary on.
-        let primary_port = tls_ports.map_or(primary.port, |t| t[0]).to_string();
-        let mut replica_args = aof.to_vec();
-        replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
-        let replica = RedisServer::start(&[&replica_args[..], &tls_args(1)].concat());
-        let others: Vec<RedisServer> = priorities
-            .iter()
-            .map(|p| {
-                let p = p.to_string();
-                let mut args = replica_args.clone();
-                args.extend(["--replica-priority", &p]);
-                RedisServer::start(&args)
-            })
-            .collect();
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let mut conf = format!(
-            "port {port}\nbind 127.0.0.1\ndir {{dir}}\n\
-             sentinel monitor {m} 127.0.0.1 {primary_port} 1\n\
-             sentinel down-after-milliseconds {m} 1000\n\
-             sentinel failover-timeout {m} 5000\n",
-            m = Self::MASTER
-        );
-        if tls.is_some() {
-            conf.push_str(&format!(
-                "tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
-                 tls-auth-clients no\ntls-replication yes\n",
-                ports[2], files[0], files[1], files[2]
-            ));
-        }
-        let log = dir.path().join("sentinel.log");
-        let spec = servers::conf_spec(
-            dir.path(),
-            "sentinel",
-            ("sentinel.conf", conf),
-            &["--sentinel"],
-            log,
-        );
-        let sentinel = start(spec);
-        let replica_port = tls_ports.map_or(replica.port, |t| t[1]).to_string();
-        let ports: Vec<String> = others.iter().map(|r| r.port.to_string()).collect();
-        wait_until("the Sentinel to see the replicas", || {
-            redis_raw(port, &format!("SENTINEL replicas {}", Self::MASTER)).is_some_and(|r| {
-                r.contains(&replica_port) && ports.iter().all(|p| r.contains(p.as_str()))
-            })
-        });
-        SentinelSetup {
-            primary,
-            replica,
-            others,
-            sentinel_port: port,
-            tls_ports,
-            _sentinel: sentinel,
-            _dir: dir,
-        }
-    }
-
-    pub fn sentinel_url(&self) -> String {
-        match self.tls_ports {
-            None => format!("redis://127.0.0.1:{}", self.sentinel_port),
-            Some(t) => format!("rediss://localhost:{}", t[2]),
-        }
-    }
-
-    /// Waits until the replica has everything the primary acknowledged.
-    pub fn wait_replicated(&self) {
-        // The replica's first full sync can take seconds on a loaded machine; each WAIT
-        // stays under the raw client's read timeout.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let reply = redis_raw(self.primary.port, "WAIT 1 2000").unwrap_or_default();
-            if reply.starts_with(":1") {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the replica did not catch up within 60 s: {reply:?}"
-            );
-        }
-    }
-
-    /// kill -9 of the primary; returns once the Sentinel promoted the replica.
-    pub fn kill_primary_and_fail_over(&mut self) {
-        self.primary.kill_9();
-        let replica_port = self.tls_ports.map_or(self.replica.port, |t| t[1]);
-        let replica_port = replica_port.to_string();
-        let port = self.sentinel_port;
-        wait_until("the Sentinel failover", || {
-            redis_raw(
-                port,
-                &format!("SENTINEL get-master-addr-by-name {}", Self::MASTER),
-            )
-            .is_some_and(|r| r.contains(&replica_port))
-        });
-    }
+/// `settings` as redis-server flags.
+pub(super) fn flags(settings: &[(&str, String)]) -> Vec<String> {
+    settings
+        .iter()
+        .flat_map(|(setting, value)| [format!("--{setting}"), value.clone()])
+        .collect()
 }
