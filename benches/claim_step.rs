@@ -40,6 +40,7 @@ fn def(limit: u64) -> CampaignDef {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     }
 }
 
@@ -104,6 +105,7 @@ fn embedded(c: &mut Criterion) {
                 starts_at: None,
                 ends_at: None,
                 hold_seconds: None,
+                waiting_room: None,
             },
             None,
         )

@@ -38,6 +38,8 @@
 //!   one trait the HTTP layer calls.
 //! - [`pipeline`]: scale-out only: moves won orders and hold resolutions from the Redis
 //!   streams into PostgreSQL, exactly once, through failovers.
+//! - [`room`]: the waiting room in front of a sale: a shuffled pre-queue, admissions at a set
+//!   rate, signed tickets; kept in process over SQLite or in Redis, as the gate is.
 //! - [`http`]: the API (`docs/API.md`), its OpenAPI document, the fast claim path, the
 //!   listener's connection limits, the dashboard.
 //! - [`app`]: assembles a deployment: [`app::App::build`] opens the engine, the guards, the
@@ -92,6 +94,7 @@ pub mod ledger;
 pub mod lock;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod room;
 pub mod supervise;
 pub mod telemetry;
 pub mod testing;

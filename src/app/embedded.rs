@@ -28,7 +28,9 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     tracing::info!(data = %cfg.data.display(), sync = ?cfg.sync, "embedded deployment ready");
     let feed = Feed::new(engine.ledger(), cfg.events_retention);
     feed.spawn_upkeep(supervisor);
+    let rooms = rooms(&engine).await?;
     Ok(Parts {
+        rooms,
         feed,
         board: engine.board(),
         limiter: None,
@@ -37,6 +39,18 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
         backend: engine,
         admin_token,
     })
+}
+
+/// The waiting rooms: in memory, every join in the SQLite ledger first.
+async fn rooms(engine: &Arc<Embedded>) -> anyhow::Result<Arc<crate::room::Rooms>> {
+    let ledger = engine.ledger();
+    let key = ledger.room_key().await.context("reading the room key")?;
+    let backend: Arc<dyn crate::engine::backend::Backend> = engine.clone();
+    let shuffle = crate::room::Rooms::shuffle_fn(&key);
+    let store = crate::room::embedded::EmbeddedRooms::open(ledger, backend.clone(), shuffle)
+        .await
+        .context("recovering the waiting rooms")?;
+    Ok(Arc::new(crate::room::Rooms::new(store, backend, key)))
 }
 
 /// The configured token; none when only named tokens (`--token`, the config file's) are

@@ -49,6 +49,8 @@ pub struct Parts {
     pub feed: Arc<Feed>,
     /// `--admin-token` (or the embedded deployment's generated one), if any.
     pub admin_token: Option<String>,
+    /// The waiting rooms, kept where the engine keeps its gate.
+    pub rooms: Arc<crate::room::Rooms>,
 }
 
 /// An instance serving in this process.
@@ -143,6 +145,7 @@ impl App {
             locks: Some(locks),
             feed: Some(parts.feed),
             delivery: Some(delivery),
+            rooms: Some(parts.rooms),
             fast_claims: !cfg.no_fast_claims,
             ..HttpOptions::default()
         };

@@ -81,7 +81,11 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     );
     let feed = Feed::new(engine.ledger().clone(), cfg.events_retention);
     feed.spawn_upkeep(supervisor);
+    let key = engine.ledger().room_key().await?;
+    let store = Arc::new(crate::room::redis::RedisRooms::new(engine.redis()));
+    let rooms = Arc::new(crate::room::Rooms::new(store, engine.clone(), key));
     Ok(Parts {
+        rooms,
         feed,
         board: engine.board(),
         limiter: Some(engine.rate_limiter()),

@@ -52,6 +52,9 @@ impl AdminKey {
         if let Some(h) = c.hold_seconds {
             head.push(format!("hold={h}"));
         }
+        if let Some(w) = &c.waiting_room {
+            head.push(format!("room={}", w.to_ledger()));
+        }
         Self {
             key: key.as_str().to_owned(),
             scope: c.id.clone(),

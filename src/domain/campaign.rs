@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::room::{WaitingRoom, WaitingRoomBody};
 use super::validate::{self, validate_campaign_id, MAX_PER_USER_LIMIT, MAX_STOCK};
 use super::Error;
 
@@ -91,6 +92,8 @@ pub struct CampaignDef {
     pub ends_at: Option<DateTime<Utc>>,
     /// Seconds a won order waits for its confirm; `None`: orders are final at once.
     pub hold_seconds: Option<u32>,
+    /// Claims need a ticket from this waiting room (`crate::room`).
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 impl CampaignDef {
@@ -135,6 +138,9 @@ pub struct NewCampaignBody {
     /// final (`active`) at once.
     #[serde(default)]
     pub hold_seconds: Option<u64>,
+    /// A waiting room in front of the sale (docs/WAITING_ROOM.md): claims then need a ticket.
+    #[serde(default)]
+    pub waiting_room: Option<WaitingRoomBody>,
 }
 
 /// Longest payment window a campaign may give its orders (`hold_seconds`).
@@ -149,6 +155,7 @@ pub struct NewCampaign {
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
     pub hold_seconds: Option<u32>,
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 impl TryFrom<NewCampaignBody> for NewCampaign {
@@ -194,6 +201,7 @@ impl TryFrom<NewCampaignBody> for NewCampaign {
                 )))
             }
         };
+        let waiting_room = body.waiting_room.map(WaitingRoom::try_from).transpose()?;
         Ok(NewCampaign {
             id: body.id,
             supply,
@@ -201,6 +209,7 @@ impl TryFrom<NewCampaignBody> for NewCampaign {
             starts_at: body.starts_at,
             ends_at: body.ends_at,
             hold_seconds,
+            waiting_room,
         })
     }
 }
@@ -320,6 +329,9 @@ pub struct CampaignView {
     /// Campaigns with holds only: `hold_seconds` and `pending`.
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub holds: Option<HoldsView>,
+    /// Campaigns with a waiting room only.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 /// The hold fields of a campaign view.

@@ -11,6 +11,7 @@ mod event;
 mod limits;
 mod order;
 mod refused;
+mod room;
 mod validate;
 
 pub use admin_key::AdminKey;
@@ -24,6 +25,10 @@ pub use event::{Event, EventFilter, EventPage, EventQuery, EventType};
 pub use limits::{CampaignLimits, Rate, MAX_RATE_COUNT};
 pub use order::{parse_order_id, Order, OrderPage, OrderQuery, OrderState};
 pub use refused::{RefusedOrder, RefusedOrders};
+pub use room::{
+    JoinRequest, RoomAnswer, WaitingRoom, WaitingRoomBody, DEFAULT_TICKET_SECONDS,
+    MAX_ADMIT_PER_SECOND, MAX_TICKET_SECONDS,
+};
 pub use validate::{validate_campaign_id, validate_user_id};
 
 pub use crate::clock::now;

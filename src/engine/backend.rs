@@ -80,6 +80,12 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
+    /// The waiting room of campaign `id` (part of its definition, never changed), read from
+    /// the system of record; [`Error::NotFound`] if there is no such campaign.
+    async fn waiting_room(&self, id: &str) -> Result<Option<crate::domain::WaitingRoom>, Error> {
+        Ok(self.campaign(id).await?.waiting_room)
+    }
+
     /// Whether campaigns may have `hold_seconds` in this deployment.
     fn supports_holds(&self) -> bool {
         false

@@ -291,6 +291,7 @@ impl CampaignState {
                 hold_seconds,
                 pending: self.holds.units(),
             }),
+            waiting_room: self.def.waiting_room,
         }
     }
 }

@@ -107,11 +107,14 @@ fn unauthorized(e: IdentityError) -> ApiError {
         ("X-Seckill-User" = Option<String>, Header,
          description = "Signed identity token of `user_id` (`seckill sign-user`); required when \
             the server has `--user-signing-key`, ignored otherwise."),
+        ("X-Seckill-Ticket" = Option<String>, Header, max_length = 128,
+         description = "The ticket the waiting room gave this user for this campaign             (`GET /v1/campaigns/{id}/queue/{user_id}` once `admitted`); required on a campaign             with a waiting room, ignored otherwise."),
     ),
     request_body = ClaimRequest,
     responses(
         (status = 200, description = "Processed: the outcome. Only `won` changed anything.", body = ClaimAnswer),
         (status = 401, description = "A signed identity is required and missing, malformed, expired or for another user.", body = ErrorBody),
+        (status = 403, description = "`not_admitted`: the campaign has a waiting room and the claim carries no valid `X-Seckill-Ticket` for this user and campaign (missing, malformed, forged, for another user or campaign, or expired). Nothing was changed.", body = ErrorBody),
         (status = 404, description = "No such campaign.", body = ErrorBody),
         RateLimited,
     ),
@@ -203,6 +206,10 @@ async fn decide(
         .headers
         .get(identity::HEADER)
         .map(|v| v.to_str().map(str::to_owned));
+    let parts_ticket = parts
+        .headers
+        .get(crate::room::ticket::HEADER)
+        .and_then(|v| v.to_str().ok().map(str::to_owned));
     let body = claim_body(parts, body, app).await?;
     body.validate()?;
     if let Some(verifier) = &g.identity {
@@ -214,6 +221,12 @@ async fn decide(
         if let Err(e) = checked {
             g.metrics.registry.identity_refused.increment(1);
             return Err(unauthorized(e));
+        }
+    }
+    if let Some(rooms) = &app.rooms {
+        let ticket = parts_ticket.as_deref();
+        if let Err(e) = rooms.admit(&id, &body.user_id, ticket).await? {
+            return Err(super::room::not_admitted(e));
         }
     }
     g.limit_user(&id, entry, &body.user_id)

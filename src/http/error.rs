@@ -105,6 +105,7 @@ pub enum ErrorCode {
     InvalidRequest,
     Unauthorized,
     Forbidden,
+    NotAdmitted,
     NotFound,
     Conflict,
     CursorExpired,
@@ -116,10 +117,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [&'static str; 11] = [
+    pub const ALL: [&'static str; 12] = [
         "invalid_request",
         "unauthorized",
         "forbidden",
+        "not_admitted",
         "not_found",
         "conflict",
         "cursor_expired",
@@ -193,6 +195,7 @@ mod tests {
             ErrorCode::InvalidRequest,
             ErrorCode::Unauthorized,
             ErrorCode::Forbidden,
+            ErrorCode::NotAdmitted,
             ErrorCode::NotFound,
             ErrorCode::Conflict,
             ErrorCode::CursorExpired,

@@ -51,6 +51,12 @@ pub async fn create_campaign(
         )
         .into());
     }
+    if campaign.waiting_room.is_some() && app.rooms.is_none() {
+        return Err(Error::invalid(
+            "this server has no waiting rooms; create the campaign without one",
+        )
+        .into());
+    }
     let key = key.map(|k| AdminKey::create(k, &campaign));
     let view = app.backend.create_campaign(campaign, key).await?;
     app.guards.board.add_known(&view.id);

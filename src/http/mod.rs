@@ -30,6 +30,7 @@ mod openapi_rules;
 mod rate_limited;
 mod refusals;
 pub mod request_id;
+mod room;
 mod timed;
 mod timed_body;
 mod watchdog;
@@ -70,6 +71,8 @@ pub struct HttpOptions {
     pub feed: Option<Arc<crate::feed::Feed>>,
     /// Event delivery, managed through `/v1/webhooks` (none: 404).
     pub delivery: Option<Arc<crate::delivery::Delivery>>,
+    /// The waiting rooms (none: campaigns cannot have one, and the queue routes are 404).
+    pub rooms: Option<Arc<crate::room::Rooms>>,
     /// Serve the claim route before the router on the public listener (`fast`); off, every
     /// request goes through the router (the tests compare the two).
     pub fast_claims: bool,
@@ -83,6 +86,7 @@ impl Default for HttpOptions {
             locks: None,
             feed: None,
             delivery: None,
+            rooms: None,
             fast_claims: true,
         }
     }
@@ -100,6 +104,8 @@ pub struct AppState {
     pub feed: Option<Arc<crate::feed::Feed>>,
     /// Event delivery of `/v1/webhooks` (none: 404).
     pub delivery: Option<Arc<crate::delivery::Delivery>>,
+    /// The waiting rooms (none: 404).
+    pub rooms: Option<Arc<crate::room::Rooms>>,
 }
 
 /// The routes of one instance: everything on `public`, or the admin routes on `admin`; `fast`
@@ -142,6 +148,7 @@ pub fn routers(
         locks,
         feed: opts.feed.clone(),
         delivery: opts.delivery.clone(),
+        rooms: opts.rooms.clone(),
     };
     let timed = || axum::middleware::from_fn_with_state(state.clone(), timed::timed);
     // Claims shed inline (the storm path) and time themselves; the campaign view through the
@@ -156,7 +163,25 @@ pub fn routers(
                 ))
                 .layer(timed()),
         )
-        .route("/v1/campaigns/{id}/claims", post(claim::claim));
+        .route("/v1/campaigns/{id}/claims", post(claim::claim))
+        .route(
+            "/v1/campaigns/{id}/queue",
+            post(room::join)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    guarded::shed,
+                ))
+                .layer(timed()),
+        )
+        .route(
+            "/v1/campaigns/{id}/queue/{user_id}",
+            get(room::status)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    guarded::shed,
+                ))
+                .layer(timed()),
+        );
     let admin = Router::new()
         .route("/v1/campaigns", post(create_campaign).layer(big))
         .route("/v1/campaigns/{id}/restock", post(restock).layer(big))

@@ -23,12 +23,12 @@ use utoipa::{Modify, OpenApi};
 use super::error::{ErrorBody, ErrorCode, ErrorDetail};
 use super::health::{self, Health, HealthStatus};
 pub use super::rate_limited::{rate_limited_response, RateLimited};
-use super::{claim, events, guarded, locks, webhooks};
+use super::{claim, events, guarded, locks, room, webhooks};
 use super::{dashboard, handlers};
 use crate::domain::{
-    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Event, EventPage, EventType, Kind,
-    NewCampaignBody, Order, OrderPage, OrderState, Outcome, RefusedOrder, RefusedOrders,
-    RestockBody, Status,
+    CampaignLimits, CampaignView, ClaimAnswer, ClaimRequest, Event, EventPage, EventType,
+    JoinRequest, Kind, NewCampaignBody, Order, OrderPage, OrderState, Outcome, RefusedOrder,
+    RefusedOrders, RestockBody, RoomAnswer, Status, WaitingRoom, WaitingRoomBody,
 };
 
 /// Name of the admin bearer security scheme in the document (the `security` of admin routes
@@ -51,6 +51,8 @@ pub const ADMIN_SCHEME: &str = "admin_token";
     paths(
         claim::claim,
         handlers::get_campaign,
+        room::join,
+        room::status,
         handlers::create_campaign,
         handlers::restock,
         handlers::pause,
@@ -88,7 +90,8 @@ pub const ADMIN_SCHEME: &str = "admin_token";
     components(schemas(
         ErrorBody, ErrorDetail, ErrorCode, Outcome, Kind, Status, OrderState, ClaimRequest,
         ClaimAnswer, NewCampaignBody, RestockBody, CampaignView, Order, OrderPage,
-        RefusedOrder, RefusedOrders, Event, EventPage, EventType,
+        RefusedOrder, RefusedOrders, Event, EventPage, EventType, WaitingRoom, WaitingRoomBody,
+        JoinRequest, RoomAnswer,
         CampaignLimits, Health, HealthStatus, locks::AcquireBody, locks::ExtendBody,
         locks::ReleaseBody, locks::Acquired, locks::Granted, locks::Held, locks::Released,
     )),
@@ -97,6 +100,7 @@ pub const ADMIN_SCHEME: &str = "admin_token";
         (name = "claims", description = "The storm path: one claim, one outcome."),
         (name = "campaigns", description = "Campaigns: create, view, restock, pause, resume, close, rate limits."),
         (name = "orders", description = "Orders left by won claims."),
+        (name = "waiting room", description = "A fair line in front of a sale: join, read your place, claim with the ticket once admitted."),
         (name = "events", description = "The event feed: every order transition and campaign change, in the ledger's order."),
         (name = "webhooks", description = "Webhook endpoints the event feed is delivered to, signed in the Standard Webhooks format, with their delivery state and dead letters."),
         (name = "locks", description = "Leases with fencing tokens for the services around a sale."),

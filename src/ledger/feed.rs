@@ -11,7 +11,9 @@ use anyhow::{anyhow, Context};
 use serde::Deserialize;
 
 use super::rows::{opt_time, time, OrderRow};
-use crate::domain::{CampaignView, Event, EventType, HoldsView, Kind, Order, OrderState, Status};
+use crate::domain::{
+    CampaignView, Event, EventType, HoldsView, Kind, Order, OrderState, Status, WaitingRoom,
+};
 
 /// Where the feed stands: every position up to `numbered` is readable, and every position up
 /// to `pruned_through` was removed by retention.
@@ -90,6 +92,8 @@ struct CampaignBody {
     starts_at: Option<i64>,
     ends_at: Option<i64>,
     hold_seconds: Option<i64>,
+    #[serde(default)]
+    waiting_room: Option<WaitingRoom>,
 }
 
 /// The event a feed row stands for.
@@ -158,6 +162,7 @@ fn campaign_view(b: CampaignBody) -> anyhow::Result<CampaignView> {
             hold_seconds: h as u32,
             pending: b.pending as u64,
         }),
+        waiting_room: b.waiting_room,
         id: b.id,
     })
 }

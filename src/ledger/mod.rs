@@ -27,6 +27,7 @@ pub use postgres::ops::{is_data_error, FailedOrder, Restocked};
 pub use postgres::pipeline::PipelineOutcome;
 pub use postgres::recovery::{GateSnapshot, PendingOrder};
 pub use postgres::{fences, PgLedger};
+pub use sqlite::room::JoinRow;
 pub use sqlite::SqliteLedger;
 pub use write_fault::WriteFault;
 

@@ -37,6 +37,7 @@ fn campaign(id: &str, kind: Kind, total: u64, limit: u64, codes: &[&str]) -> Led
             starts_at: None,
             ends_at: None,
             hold_seconds: (id == "h").then_some(60),
+            waiting_room: None,
         },
         total,
         codes: codes.iter().map(|s| s.to_string()).collect(),

@@ -21,6 +21,12 @@ use crate::process::Proc;
 /// Undoes migrations 0010 (the event sinks), 0009 (the event feed) and 0008 (the ledger's
 /// rules).
 const BEFORE_0008: &str = "
+DROP TRIGGER IF EXISTS feed_campaign_created;
+DROP TRIGGER IF EXISTS feed_campaign_restocked;
+DROP TRIGGER IF EXISTS feed_campaign_status;
+DROP TABLE room_members;
+DROP TABLE room_key;
+ALTER TABLE campaigns DROP COLUMN waiting_room;
 DROP TRIGGER IF EXISTS sinks_cursor_forward;
 DROP TABLE sink_parked;
 DROP TABLE sinks;

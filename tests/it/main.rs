@@ -28,6 +28,7 @@ mod metrics;
 mod model;
 mod openapi;
 mod process;
+mod room;
 mod scale_out;
 mod servers;
 mod storage_faults;

@@ -188,7 +188,7 @@ async fn the_served_document_describes_outcomes_errors_headers_and_security() {
         .collect();
     assert_eq!(
         headers,
-        BTreeSet::from(["Idempotency-Key", "X-Seckill-User"])
+        BTreeSet::from(["Idempotency-Key", "X-Seckill-Ticket", "X-Seckill-User"])
     );
     assert!(claim.get("security").is_none(), "claims are public");
     let limited = &claim["responses"]["429"]["headers"];
@@ -209,6 +209,8 @@ async fn the_served_document_describes_outcomes_errors_headers_and_security() {
             let admin = op.get("security").is_some();
             let public = [
                 "/v1/campaigns/{id}/claims",
+                "/v1/campaigns/{id}/queue",
+                "/v1/campaigns/{id}/queue/{user_id}",
                 "/v1/campaigns/{id}",
                 "/healthz",
                 "/openapi.json",

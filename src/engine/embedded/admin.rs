@@ -118,6 +118,7 @@ impl Embedded {
             starts_at: c.starts_at,
             ends_at: c.ends_at,
             hold_seconds: c.hold_seconds,
+            waiting_room: c.waiting_room,
         };
         let epoch = self.commit.epoch();
         let total = c.total();

@@ -106,6 +106,7 @@ mod tests {
             starts_at: None,
             ends_at: None,
             hold_seconds: Some(1),
+            waiting_room: None,
         };
         e.create_campaign(c, None).await.unwrap();
         let req = ClaimRequest {

@@ -94,6 +94,7 @@ impl ScaleOut {
             starts_at: c.starts_at,
             ends_at: c.ends_at,
             hold_seconds: c.hold_seconds,
+            waiting_room: c.waiting_room,
         };
         let total = c.total();
         let codes = match c.supply {

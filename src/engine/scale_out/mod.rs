@@ -103,6 +103,9 @@ pub struct ScaleOut {
     pending_units: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
     /// Redis Cluster: the campaigns being checked on a new node (`lineage.rs`).
     lineage: lineage::Checks,
+    /// Campaigns' waiting rooms as the ledger defines them (never changed once created).
+    rooms:
+        parking_lot::RwLock<std::collections::HashMap<String, Option<crate::domain::WaitingRoom>>>,
     /// This engine, for admin operations that run on their own task (`engine::detach`).
     me: std::sync::Weak<ScaleOut>,
 }
@@ -143,6 +146,30 @@ impl ScaleOut {
     fn conn(&self) -> RedisConn {
         self.redis.clone()
     }
+
+    /// A connection to the gate's Redis, for the waiting rooms (`crate::room::redis`).
+    pub fn redis(&self) -> RedisConn {
+        self.redis.clone()
+    }
+
+    /// The ledger's waiting room of campaign `id`, read once; [`Error::NotFound`] without the
+    /// campaign.
+    pub(super) async fn room_of(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::domain::WaitingRoom>, Error> {
+        if let Some(r) = self.rooms.read().get(id) {
+            return Ok(*r);
+        }
+        let room = self
+            .ledger
+            .waiting_room(id)
+            .await
+            .map_err(|e| Error::unavailable("reading the campaign from the ledger failed", e))?
+            .ok_or_else(|| Error::campaign_not_found(id))?;
+        self.rooms.write().insert(id.to_owned(), room);
+        Ok(room)
+    }
 }
 
 #[async_trait]
@@ -157,6 +184,10 @@ impl Backend for ScaleOut {
 
     async fn campaign(&self, id: &str) -> Result<CampaignView, Error> {
         self.view(id).await
+    }
+
+    async fn waiting_room(&self, id: &str) -> Result<Option<crate::domain::WaitingRoom>, Error> {
+        self.room_of(id).await
     }
 
     async fn set_limits(&self, id: &str, limits: CampaignLimits) -> Result<CampaignLimits, Error> {

@@ -154,6 +154,7 @@ impl ScaleOut {
             hold_stats: Default::default(),
             pending_units: Default::default(),
             lineage: Default::default(),
+            rooms: Default::default(),
             me: me.clone(),
         });
         // Instances starting together reconcile one after the other, under a lease. Dormant

@@ -12,7 +12,8 @@ impl ScaleOut {
     /// (never rebuilt for a read, dormant.rs); any other campaign Redis lacks is rebuilt.
     pub(super) async fn view(&self, id: &str) -> Result<CampaignView, Error> {
         for _ in 0..3 {
-            if let Some(v) = self.gate_view(id).await? {
+            if let Some(mut v) = self.gate_view(id).await? {
+                v.waiting_room = self.room_of(id).await?;
                 return Ok(v);
             }
             let now = self.dormancy_now_for(id).await?;
@@ -76,6 +77,8 @@ impl ScaleOut {
                 }),
                 None => None,
             },
+            // Not kept in Redis: the HTTP layer adds it from the ledger's definition.
+            waiting_room: None,
         }))
     }
 

@@ -33,6 +33,7 @@ fn campaign(kind: Kind, total: u64, limit: u64) -> CampaignState {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     };
     let codes = match kind {
         Kind::Stock => vec![],

@@ -10,6 +10,7 @@ fn stock(total: u64, limit: u64) -> CampaignState {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     };
     CampaignState::new(def, total, vec![], Status::Active)
 }
@@ -44,6 +45,7 @@ fn release_restores_everything() {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     };
     let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
     let Decision::Won(r) = s.decide("u1", 1, Utc::now()) else {
@@ -72,6 +74,7 @@ fn holds_pend_until_the_deadline_and_expiry_returns_everything() {
         starts_at: None,
         ends_at: None,
         hold_seconds: Some(60),
+        waiting_room: None,
     };
     let mut s = CampaignState::new(def, 2, vec!["A".into(), "B".into()], Status::Active);
     let now = Utc::now();

@@ -76,7 +76,8 @@ impl PgLedger {
         let Some(r) = sqlx::query(
             "SELECT c.id, c.kind, c.total, c.per_user_limit, c.status, c.starts_at, c.ends_at, \
                     c.hold_seconds, c.live_units, \
-                    EXISTS (SELECT 1 FROM orders o WHERE o.campaign_id = c.id AND o.state = 'pending') \
+                    EXISTS (SELECT 1 FROM orders o WHERE o.campaign_id = c.id AND o.state = 'pending'), \
+                    c.waiting_room \
              FROM campaigns c WHERE c.id = $1",
         )
         .bind(id)

@@ -36,6 +36,7 @@ pub(crate) mod liveness;
 pub(crate) mod ops;
 pub(crate) mod pipeline;
 pub(crate) mod recovery;
+pub(crate) mod room;
 mod sinks;
 mod writes;
 

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::PgLedger;
-use crate::domain::CampaignDef;
+use crate::domain::{CampaignDef, WaitingRoom};
 use crate::domain::{Kind, Status};
 use crate::ledger::rows::{self, micros};
 use crate::ledger::{IdemRecord, PendingRow};
@@ -100,8 +100,8 @@ impl PgLedger {
             .execute(&mut *conn)
             .await?;
         let Some(r) = sqlx::query(
-            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds \
-             FROM campaigns WHERE id = $1",
+            "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds, \
+             waiting_room FROM campaigns WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -221,7 +221,8 @@ pub(super) async fn resolved_among(
 }
 
 /// The columns `id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds` of
-/// a `campaigns` row, first in that order: its definition, total and status.
+/// a `campaigns` row, first in that order, and `waiting_room` by name: its definition, total
+/// and status.
 pub(super) fn campaign_row(
     r: &sqlx::postgres::PgRow,
 ) -> anyhow::Result<(CampaignDef, u64, Status)> {
@@ -234,6 +235,11 @@ pub(super) fn campaign_row(
         starts_at: rows::opt_time(r.get(5))?,
         ends_at: rows::opt_time(r.get(6))?,
         hold_seconds: r.get::<Option<i32>, _>(7).map(|h| h as u32),
+        waiting_room: r
+            .try_get::<Option<String>, _>("waiting_room")?
+            .as_deref()
+            .map(WaitingRoom::from_ledger)
+            .transpose()?,
     };
     let total = r.get::<i64, _>(2) as u64;
     let status = Status::parse(&status).ok_or_else(|| anyhow!("bad status {status:?}"))?;

@@ -177,8 +177,8 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             at,
         } => {
             sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds, \
+                 waiting_room) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(&def.id)
             .bind(def.kind.as_str())
@@ -189,6 +189,7 @@ async fn apply_one(conn: &mut PgConnection, write: &LedgerWrite) -> anyhow::Resu
             .bind(def.ends_at.map(micros))
             .bind(micros(*at))
             .bind(def.hold_seconds.map(|h| h as i32))
+            .bind(def.waiting_room.map(|w| w.to_ledger()))
             .execute(&mut *conn)
             .await?;
             insert_codes(conn, &def.id, 0, codes).await?;

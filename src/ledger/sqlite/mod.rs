@@ -27,6 +27,7 @@ pub(crate) mod holds;
 pub(crate) mod live;
 pub(crate) mod locks;
 pub(crate) mod recovery;
+pub(crate) mod room;
 mod shaped;
 mod sinks;
 pub(crate) mod writer;

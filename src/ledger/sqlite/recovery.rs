@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{Row, SqliteConnection};
 
-use crate::domain::CampaignDef;
+use crate::domain::{CampaignDef, WaitingRoom};
 use crate::domain::{Kind, Status};
 use crate::ledger::rows::{self, micros};
 use crate::ledger::{IdemRecord, Recovery, StoredCampaign, Wanted};
@@ -55,8 +55,8 @@ pub(super) async fn recover(
         prune_answers(conn, idem_since).await;
     }
     let campaigns = sqlx::query(
-        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds, live_units \
-         FROM campaigns WHERE ?1 IS NULL OR id = ?1 ORDER BY created_at",
+        "SELECT id, kind, total, per_user_limit, status, starts_at, ends_at, hold_seconds, live_units, \
+         waiting_room FROM campaigns WHERE ?1 IS NULL OR id = ?1 ORDER BY created_at",
     )
     .bind(only)
     .fetch_all(&mut *conn)
@@ -97,6 +97,11 @@ pub(super) async fn recover(
                 starts_at: rows::opt_time(r.get(5))?,
                 ends_at: rows::opt_time(r.get(6))?,
                 hold_seconds: r.get::<Option<i64>, _>(7).map(|h| h as u32),
+                waiting_room: r
+                    .get::<Option<String>, _>(9)
+                    .as_deref()
+                    .map(WaitingRoom::from_ledger)
+                    .transpose()?,
                 id: id.clone(),
             },
             total: r.get::<i64, _>(2) as u64,
@@ -286,6 +291,7 @@ mod tests {
             starts_at: None,
             ends_at: None,
             hold_seconds: None,
+            waiting_room: None,
         };
         let codes: Vec<String> = ["A", "B\x1eC", "D", "E"].map(String::from).to_vec();
         let users = ["plain", "rs\x1einside", "us\x1finside", "plain"];

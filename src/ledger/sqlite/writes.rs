@@ -153,8 +153,8 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             at,
         } => {
             sqlx::query(
-                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO campaigns (id, kind, total, per_user_limit, status, starts_at, ends_at, created_at, hold_seconds, \
+                 waiting_room) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&def.id)
             .bind(def.kind.as_str())
@@ -165,6 +165,7 @@ async fn apply_one(conn: &mut SqliteConnection, write: &LedgerWrite) -> anyhow::
             .bind(def.ends_at.map(micros))
             .bind(micros(*at))
             .bind(def.hold_seconds.map(i64::from))
+            .bind(def.waiting_room.map(|w| w.to_ledger()))
             .execute(&mut *conn)
             .await?;
             insert_codes(conn, &def.id, 0, codes).await?;

@@ -86,6 +86,7 @@ async fn create(State(d): App, Json(b): Json<Value>) -> (StatusCode, Json<Campai
         starts_at: None,
         ends_at: None,
         holds: None,
+        waiting_room: None,
     };
     let camp = Camp {
         view: view.clone(),

@@ -29,6 +29,7 @@ fn def(id: &str, hold: u32) -> CampaignDef {
         starts_at: None,
         ends_at: None,
         hold_seconds: Some(hold),
+        waiting_room: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn state(id: &str, hold_seconds: Option<u32>) -> CampaignState {
         starts_at: None,
         ends_at: None,
         hold_seconds,
+        waiting_room: None,
     };
     let codes = (0..60).map(|i| format!("CODE-{i:03}")).collect();
     CampaignState::new(def, 60, codes, Status::Active)

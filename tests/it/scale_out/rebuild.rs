@@ -25,6 +25,7 @@ async fn ledger_writes_redis_missed_are_applied() {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     };
     ledger
         .create_campaign(&def, 2, &["H1".into(), "H2".into()], Utc::now())

@@ -42,6 +42,7 @@ fn campaign(id: &str, supply: Supply, limit: u64, ends_at: Option<DateTime<Utc>>
         starts_at: None,
         ends_at,
         hold_seconds: None,
+        waiting_room: None,
     }
 }
 
@@ -255,6 +256,7 @@ async fn recovery_never_shows_a_sold_out_entry_without_its_holders() {
         starts_at: None,
         ends_at: None,
         hold_seconds: None,
+        waiting_room: None,
     };
     let mut writes = vec![LedgerWrite::CreateCampaign {
         def,

@@ -58,6 +58,7 @@ async fn streaming_recovery_of_many_campaigns_equals_the_state_before() {
             starts_at: None,
             ends_at: None,
             hold_seconds: None,
+            waiting_room: None,
         };
         batch.push(LedgerWrite::CreateCampaign {
             def: def.clone(),

@@ -54,6 +54,7 @@ impl Rig {
             starts_at: None,
             ends_at: None,
             hold_seconds: Some(60),
+            waiting_room: None,
         };
         let codes: Vec<String> = codes.iter().map(|c| c.to_string()).collect();
         ledger

@@ -1,0 +1,86 @@
+//! The embedded ledger's waiting rooms (migration 0011): the deployment's room key, and every
+//! join in arrival order. A batch of joins is one transaction on the one writer connection,
+//! committed before any of them is answered, so a place once told is a place on disk
+//! (`crate::room::embedded`).
+
+use sqlx::Row;
+
+use super::SqliteLedger;
+
+/// One join as the ledger keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRow {
+    pub campaign_id: String,
+    pub user_id: String,
+    /// Arrival order within the campaign, from 1.
+    pub seq: i64,
+    /// When the join was decided, µs since the epoch.
+    pub joined_at: i64,
+}
+
+impl SqliteLedger {
+    /// The room key, drawn on first use and never changed.
+    pub async fn room_key(&self) -> anyhow::Result<[u8; 32]> {
+        {
+            let mut w = self.writer.lock().await;
+            let fresh: [u8; 32] = rand::random();
+            sqlx::query("INSERT OR IGNORE INTO room_key (id, key) VALUES (1, ?1)")
+                .bind(&fresh[..])
+                .execute(w.conn().await?)
+                .await?;
+        }
+        let key: Vec<u8> = sqlx::query_scalar("SELECT key FROM room_key WHERE id = 1")
+            .fetch_one(&self.readers)
+            .await?;
+        key.try_into()
+            .map_err(|_| anyhow::anyhow!("the room key is not 32 bytes"))
+    }
+
+    /// Writes `rows` in one transaction; nothing of them is written on error.
+    pub async fn room_joins(&self, rows: &[JoinRow]) -> anyhow::Result<()> {
+        let mut w = self.writer.lock().await;
+        w.begin().await?;
+        let written = async {
+            for chunk in rows.chunks(200) {
+                let mut q = sqlx::QueryBuilder::new(
+                    "INSERT INTO room_members (campaign_id, user_id, seq, joined_at) ",
+                );
+                q.push_values(chunk, |mut b, r| {
+                    b.push_bind(&r.campaign_id)
+                        .push_bind(&r.user_id)
+                        .push_bind(r.seq)
+                        .push_bind(r.joined_at);
+                });
+                q.build().execute(w.conn().await?).await?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        match written {
+            Ok(()) => Ok(w.commit().await?),
+            Err(e) => {
+                w.roll_back().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Every join, by campaign and arrival order.
+    pub async fn room_members(&self) -> anyhow::Result<Vec<JoinRow>> {
+        let rows = sqlx::query(
+            "SELECT campaign_id, user_id, seq, joined_at FROM room_members \
+             ORDER BY campaign_id, seq",
+        )
+        .fetch_all(&self.readers)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| JoinRow {
+                campaign_id: r.get(0),
+                user_id: r.get(1),
+                seq: r.get(2),
+                joined_at: r.get(3),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,97 @@
+//! The scale-out deployment's rooms: in Redis, in the campaign's slot (`{c:<id>}`), one
+//! script per step (`lua/room.lua`), on the Redis server's clock. Every instance joins and
+//! reads the same line, and the admission schedule is one per deployment, not per instance.
+//!
+//! What survives what: the room is Redis data like the gate's stock, kept by the same
+//! persistence (AOF) and replicas; a ticket once issued needs nothing from Redis at all
+//! (docs/WAITING_ROOM.md, "What is durable").
+
+use async_trait::async_trait;
+use redis::Script;
+
+use super::schedule::Place;
+use super::{RoomDef, RoomStore};
+use crate::domain::Error;
+use crate::redis_conn::RedisConn;
+
+pub struct RedisRooms {
+    conn: RedisConn,
+    script: Script,
+}
+
+impl RedisRooms {
+    pub fn new(conn: RedisConn) -> Self {
+        Self {
+            conn,
+            script: Script::new(include_str!("lua/room.lua")),
+        }
+    }
+
+    async fn step(
+        &self,
+        def: &RoomDef,
+        op: &str,
+        user: &str,
+        score: u64,
+    ) -> Result<Option<Place>, Error> {
+        let tag = format!("{{c:{}}}", def.campaign);
+        let mut inv = self.script.prepare_invoke();
+        inv.key(format!("{tag}:meta"))
+            .key(format!("{tag}:room:pre"))
+            .key(format!("{tag}:room:late"))
+            .key(format!("{tag}:room"))
+            .arg(op)
+            .arg(user)
+            .arg(def.spacing())
+            .arg(if def.room.shuffle {
+                score.to_string()
+            } else {
+                String::new()
+            });
+        let reply: Vec<redis::Value> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::unavailable("the waiting room could not be reached in Redis", e))?;
+        let word = |i: usize| -> Option<String> {
+            match reply.get(i)? {
+                redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                redis::Value::SimpleString(s) => Some(s.clone()),
+                redis::Value::Int(n) => Some(n.to_string()),
+                _ => None,
+            }
+        };
+        let num = |i: usize| -> Result<i64, Error> {
+            word(i)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))
+        };
+        match word(0).as_deref() {
+            Some("line") => Ok(Some(Place::Line {
+                admit_at: num(1)?,
+                ahead: num(2)?.max(0) as u64,
+                now: num(3)?,
+            })),
+            Some("prequeue") => Ok(Some(Place::Prequeue)),
+            Some("sold_out") => Ok(Some(Place::SoldOut)),
+            Some("unknown") => Ok(None),
+            Some("missing") => Err(Error::Unavailable(format!(
+                "campaign '{}' is not in the gate yet; retry shortly",
+                def.campaign
+            ))),
+            _ => Err(Error::Unavailable("a malformed waiting room reply".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl RoomStore for RedisRooms {
+    async fn join(&self, def: &RoomDef, user: &str, score: u64) -> Result<Place, Error> {
+        self.step(def, "join", user, score)
+            .await?
+            .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))
+    }
+
+    async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {
+        self.step(def, "status", user, 0).await
+    }
+}
