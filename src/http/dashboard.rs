@@ -39,6 +39,8 @@ const SHOWN: &[&str] = &[
     "seckill_campaign_remaining",
     "seckill_pipeline_lag",
     "seckill_redis_refusing_claims",
+    "seckill_room_admitted",
+    "seckill_room_tickets_refused_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
 ];
@@ -127,6 +129,10 @@ pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
         Some(d) => sinks(d).await,
         None => Vec::new(),
     };
+    let rooms = match &app.rooms {
+        Some(r) => r.figures(&ids).await,
+        None => Vec::new(),
+    };
     Json(json!({
         "now_ms": crate::domain::now().timestamp_millis(),
         "campaigns": campaigns,
@@ -134,6 +140,7 @@ pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
         "pipeline_lag": lag,
         "samples": samples,
         "sinks": sinks,
+        "rooms": rooms,
     }))
 }
 

@@ -155,5 +155,17 @@ pub async fn exposition(app: &AppState) -> String {
             .set(lag as f64);
     }
     app.backend.refresh_metrics(&app.guards.metrics.registry);
+    if let Some(rooms) = &app.rooms {
+        let ids: Vec<String> = app
+            .guards
+            .board
+            .all()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        rooms
+            .refresh_metrics(&ids, &app.guards.metrics.registry)
+            .await;
+    }
     app.guards.render_metrics()
 }

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use super::schedule::{self, Place};
-use super::{RoomDef, RoomStore};
+use super::{RoomDef, RoomStore, Stats};
 use crate::domain::{Error, Status};
 use crate::engine::backend::Backend;
 use crate::ledger::{JoinRow, SqliteLedger};
@@ -252,6 +252,31 @@ impl RoomStore for EmbeddedRooms {
                 .and_then(|r| r.place(def, user, now_us()))
         };
         self.checked(def, place).await
+    }
+
+    async fn stats(&self, def: &RoomDef) -> Result<Stats, Error> {
+        let now = now_us();
+        let mut rooms = self.rooms.lock();
+        let Some(room) = rooms.get_mut(&def.campaign) else {
+            return Ok(Stats {
+                now,
+                ..Stats::default()
+            });
+        };
+        let joined = room.members.len() as u64;
+        let admitted = if room.started(def, now) {
+            let q = room.freeze(def);
+            schedule::pre_admitted(def.starts_at, q, now, def.spacing())
+                + room.late.partition_point(|s| *s <= now) as u64
+        } else {
+            0
+        };
+        Ok(Stats {
+            joined,
+            admitted,
+            tail: room.tail,
+            now,
+        })
     }
 }
 

@@ -31,6 +31,9 @@ use crate::engine::backend::Backend;
 use schedule::Place;
 use ticket::{TicketError, Tickets};
 
+/// Most rooms `/metrics` and the dashboard show (a label set bounded like the campaigns').
+pub const MAX_SHOWN: usize = 100;
+
 /// What a store needs to know of a campaign's room: fixed once the campaign exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoomDef {
@@ -55,6 +58,31 @@ pub trait RoomStore: Send + Sync + 'static {
 
     /// `user`'s place; `None` if it never joined.
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error>;
+
+    /// How many joined and how many are admitted by now, and the last slot given.
+    async fn stats(&self, def: &RoomDef) -> Result<Stats, Error>;
+}
+
+/// A room's figures at `now` (µs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub joined: u64,
+    pub admitted: u64,
+    pub tail: Option<i64>,
+    pub now: i64,
+}
+
+/// A room as `/metrics` and the dashboard show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RoomFigures {
+    pub campaign: String,
+    pub admit_per_second: u32,
+    pub joined: u64,
+    /// Joined and not admitted yet (the pre-queue included).
+    pub waiting: u64,
+    pub admitted: u64,
+    /// Until the last user in line is admitted.
+    pub estimated_wait_ms: u64,
 }
 
 /// The rooms of one instance: settings read once per campaign, the store, the keys.
@@ -65,6 +93,8 @@ pub struct Rooms {
     shuffle_key: [u8; 32],
     /// Campaigns seen, with their room (or none): a campaign's definition never changes.
     defs: RwLock<HashMap<String, Option<RoomDef>>>,
+    /// Claims refused 403 `not_admitted` by this instance.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Rooms {
@@ -82,6 +112,7 @@ impl Rooms {
             tickets: Tickets::new(derive(&key, b"seckill ticket v1")),
             shuffle_key: derive(&key, b"seckill shuffle v1"),
             defs: RwLock::new(HashMap::new()),
+            refused: Default::default(),
         }
     }
 
@@ -184,12 +215,80 @@ impl Rooms {
         let Some(def) = self.def(id).await? else {
             return Ok(Ok(()));
         };
-        Ok(self.tickets.check(
+        let checked = self.tickets.check(
             ticket,
             &def.campaign,
             user,
             crate::domain::now().timestamp_millis(),
-        ))
+        );
+        if checked.is_err() {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(checked)
+    }
+
+    /// Claims this instance refused for their ticket.
+    pub fn tickets_refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The figures of the rooms among campaigns `ids` and those this instance has served,
+    /// at most [`MAX_SHOWN`] by id; campaigns without one are skipped, as is a room that cannot
+    /// be read now.
+    pub async fn figures(&self, ids: &[String]) -> Vec<RoomFigures> {
+        let mut wanted: std::collections::BTreeSet<String> = self
+            .defs
+            .read()
+            .iter()
+            .filter(|(_, d)| d.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        wanted.extend(ids.iter().cloned());
+        let mut all = Vec::new();
+        for id in wanted.iter().take(MAX_SHOWN) {
+            let Ok(Some(def)) = self.def(id).await else {
+                continue;
+            };
+            let Ok(s) = self.store.stats(&def).await else {
+                continue;
+            };
+            all.push(RoomFigures {
+                campaign: def.campaign.clone(),
+                admit_per_second: def.room.admit_per_second,
+                joined: s.joined,
+                waiting: s.joined.saturating_sub(s.admitted),
+                admitted: s.admitted,
+                estimated_wait_ms: s
+                    .tail
+                    .map_or(0, |t| (t - s.now).max(0) as u64)
+                    .div_ceil(1000),
+            });
+        }
+        all
+    }
+
+    /// Sets the rooms' series of `/metrics` for campaigns `ids`.
+    pub async fn refresh_metrics(&self, ids: &[String], registry: &crate::telemetry::Registry) {
+        use crate::telemetry::catalog as c;
+        registry
+            .counter(c::ROOM_TICKETS_REFUSED, Vec::new())
+            .absolute(self.tickets_refused());
+        for f in self.figures(ids).await {
+            let id = &f.campaign;
+            registry
+                .campaign_gauge(c::ROOM_JOINED, id)
+                .set(f.joined as f64);
+            registry
+                .campaign_gauge(c::ROOM_WAITING, id)
+                .set(f.waiting as f64);
+            registry
+                .campaign_gauge(c::ROOM_ADMITTED, id)
+                .set(f.admitted as f64);
+            registry
+                .campaign_gauge(c::ROOM_WAIT, id)
+                .set(f.estimated_wait_ms as f64 / 1000.0);
+        }
     }
 }
 

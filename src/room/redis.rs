@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::schedule::Place;
-use super::{RoomDef, RoomStore};
+use super::{RoomDef, RoomStore, Stats};
 use crate::domain::Error;
 use crate::redis_conn::RedisConn;
 
@@ -93,5 +93,36 @@ impl RoomStore for RedisRooms {
 
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {
         self.step(def, "status", user, 0).await
+    }
+
+    async fn stats(&self, def: &RoomDef) -> Result<Stats, Error> {
+        let tag = format!("{{c:{}}}", def.campaign);
+        let mut inv = self.script.prepare_invoke();
+        inv.key(format!("{tag}:meta"))
+            .key(format!("{tag}:room:pre"))
+            .key(format!("{tag}:room:late"))
+            .key(format!("{tag}:room"))
+            .arg("stats")
+            .arg("")
+            .arg(def.spacing())
+            .arg("");
+        let reply: Vec<redis::Value> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::unavailable("reading a waiting room from Redis failed", e))?;
+        let n = |i: usize| -> Option<i64> {
+            match reply.get(i)? {
+                redis::Value::Int(n) => Some(*n),
+                redis::Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+                _ => None,
+            }
+        };
+        let bad = || Error::Unavailable("a malformed waiting room reply".into());
+        Ok(Stats {
+            joined: n(1).ok_or_else(bad)?.max(0) as u64,
+            admitted: n(2).ok_or_else(bad)?.max(0) as u64,
+            tail: n(3),
+            now: n(4).ok_or_else(bad)?,
+        })
     }
 }

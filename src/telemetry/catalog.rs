@@ -68,6 +68,11 @@ pub const SINK_BACKLOG: &str = "seckill_sink_backlog";
 pub const SINK_ENABLED: &str = "seckill_sink_enabled";
 pub const SINK_HOLDER: &str = "seckill_sink_holder";
 pub const SINK_LAG: &str = "seckill_sink_lag_seconds";
+pub const ROOM_JOINED: &str = "seckill_room_joined";
+pub const ROOM_WAITING: &str = "seckill_room_waiting";
+pub const ROOM_ADMITTED: &str = "seckill_room_admitted";
+pub const ROOM_WAIT: &str = "seckill_room_estimated_wait_seconds";
+pub const ROOM_TICKETS_REFUSED: &str = "seckill_room_tickets_refused_total";
 
 /// Every family seckill itself records (process metrics come from `metrics-process`, see
 /// [`PROCESS`]).
@@ -120,6 +125,11 @@ pub const FAMILIES: &[Family] = &[
     f(SINK_ENABLED, Gauge, "sink", "1 while the sink is enabled, 0 once disabled (a webhook endpoint that answered 410)"),
     f(SINK_HOLDER, Gauge, "sink", "1 while this instance holds the sink's lease and delivers it"),
     f(SINK_LAG, Histogram, "sink", "Time from an event's transition to its receiver taking it (2xx or JetStream's acknowledgement)"),
+    f(ROOM_JOINED, Gauge, "campaign", "Users who joined the campaign's waiting room"),
+    f(ROOM_WAITING, Gauge, "campaign", "Users in the waiting room not admitted yet (the pre-queue included)"),
+    f(ROOM_ADMITTED, Gauge, "campaign", "Users admitted so far; its rate is the admissions per second"),
+    f(ROOM_WAIT, Gauge, "campaign", "Time until the last user in line is admitted, seconds"),
+    f(ROOM_TICKETS_REFUSED, Counter, "", "Claims refused 403 not_admitted for their ticket (missing, forged, another user's or campaign's, expired)"),
 ];
 
 /// Process metrics (`metrics-process`): the ones the README and the alert rules rely on.

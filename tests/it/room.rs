@@ -146,23 +146,23 @@ async fn the_room_shuffles_admits_at_its_rate_and_only_tickets_claim(deploy: Dep
         "1.2 s at 10/s admits 13 or so, not {}",
         admitted.len()
     );
-    let mut sorted = waiting.clone();
-    sorted.sort_unstable();
-    assert_eq!(
-        sorted,
-        (1..=waiting.len() as u64).collect::<Vec<_>>(),
-        "positions 1..n"
-    );
+    // Each read is at its own moment: a waiting user's estimated wait is within one spacing
+    // (100 ms) of its position, as the schedule makes it.
+    for v in first.values().filter(|v| v["state"] == "waiting") {
+        let p = v["position"].as_u64().unwrap();
+        let w = v["estimated_wait_ms"].as_u64().unwrap();
+        assert!((p - 1) * 100 < w && w <= p * 100, "{v}");
+    }
 
     // A later joiner queues behind the whole pre-queue.
     let (_, late) = join(&app, "w", "late").await;
     assert_eq!(late["state"], "waiting", "{late}");
-    // Behind everyone still waiting (a few may have been admitted since they were read).
+    // Behind everyone still waiting (some may have been admitted since they were read): its
+    // wait is that of the whole rest of the pre-queue, and it is admitted last (below).
     let place = late["position"].as_u64().unwrap();
-    assert!(
-        place <= waiting.len() as u64 + 1 && place + 5 > waiting.len() as u64,
-        "{late}"
-    );
+    let wait = late["estimated_wait_ms"].as_u64().unwrap();
+    assert!(place <= waiting.len() as u64 + 1, "{late}");
+    assert!((place - 1) * 100 < wait && wait <= place * 100, "{late}");
 
     // Places and tickets survive a restart unchanged.
     app.restart().await;
@@ -231,6 +231,27 @@ async fn the_room_shuffles_admits_at_its_rate_and_only_tickets_claim(deploy: Dep
         .admin(reqwest::Method::GET, "/v1/campaigns/w", None)
         .await;
     assert_eq!(c["remaining"], 99, "{c}");
+
+    // The room in /metrics and on the dashboard.
+    let (_, samples) = crate::metrics::scrape(&app.admin_url()).await;
+    let of_w = |name| crate::metrics::total(&samples, name, &[("campaign", "w")]);
+    assert_eq!(of_w("seckill_room_joined"), 31.0);
+    assert_eq!(of_w("seckill_room_admitted"), 31.0);
+    assert_eq!(of_w("seckill_room_waiting"), 0.0);
+    let refused = crate::metrics::total(&samples, "seckill_room_tickets_refused_total", &[]);
+    assert_eq!(refused, 2.0, "two refusals since the restart");
+    let (_, d) = app
+        .admin(reqwest::Method::GET, "/dashboard/data", None)
+        .await;
+    let rooms = d["rooms"].as_array().unwrap();
+    let w = rooms
+        .iter()
+        .find(|r| r["campaign"] == "w")
+        .expect("w on the dashboard");
+    assert_eq!(
+        (w["joined"].as_u64(), w["admit_per_second"].as_u64()),
+        (Some(31), Some(10))
+    );
     app.stop().await;
 }
 

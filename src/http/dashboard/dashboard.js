@@ -143,6 +143,26 @@
     $("more").hidden = !cur.campaigns_not_shown;
     $("more").textContent = `${cur.campaigns_not_shown} more campaigns not shown`;
 
+    const rooms = cur.rooms || [];
+    $("rooms-section").hidden = rooms.length === 0;
+    const rb = document.querySelector("#rooms tbody");
+    const roomIds = new Set();
+    for (const r of rooms) {
+      roomIds.add(r.campaign);
+      const mine = (l) => l.campaign === r.campaign;
+      row(rb, r.campaign, [
+        ["id", r.campaign],
+        ["total", fmtInt(r.joined)],
+        ["total", fmtInt(r.waiting)],
+        ["total", fmtInt(r.admitted)],
+        ["rate", fmtRate(rate(cur, "seckill_room_admitted", mine))],
+        ["total", fmtInt(r.admit_per_second)],
+        ["total", `${(r.estimated_wait_ms / 1000).toFixed(1)} s`],
+      ]);
+    }
+    for (const tr of [...rb.children]) if (!roomIds.has(tr.dataset.id)) tr.remove();
+    $("tickets-refused").textContent = fmtInt(sum(cur, "seckill_room_tickets_refused_total", () => true));
+
     const sinks = cur.sinks || [];
     $("sinks-section").hidden = sinks.length === 0;
     const sb = document.querySelector("#sinks tbody");

@@ -9,13 +9,14 @@
 -- KEYS[3] {c:<id>}:room:late  zset   later joiners: user by slot (µs)
 -- KEYS[4] {c:<id>}:room       hash   q (size of the frozen pre-queue), tail (last slot given),
 --                                    seq (join numbers of an unshuffled pre-queue)
--- ARGV[1] 'join' | 'status'
+-- ARGV[1] 'join' | 'status' | 'stats'
 -- ARGV[2] user id
 -- ARGV[3] spacing in µs
 -- ARGV[4] shuffle score (decimal, < 2^48) or '' to queue the pre-queue in join order
 --
 -- Returns {'line', admit_at, ahead, now} | {'prequeue'} | {'sold_out'} | {'unknown'} (status
--- of a user who never joined) | {'missing'} (no such campaign in the gate).
+-- of a user who never joined) | {'missing'} (no such campaign in the gate); 'stats' returns
+-- {'stats', joined, admitted, tail or '', now}.
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'remaining', 'starts', 'ends')
 if not m[1] then return {'missing'} end
@@ -68,6 +69,16 @@ local function place()
   if rank <= adm then return {'line', int(a), 0, int(now)} end
   if sold then return {'sold_out'} end
   return {'line', int(a), rank - 1 - adm, int(now)}
+end
+
+if ARGV[1] == 'stats' then
+  local joined = redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+  local admitted = 0
+  if started() then
+    local q = freeze()
+    admitted = admitted_pre(q) + redis.call('ZCOUNT', KEYS[3], '-inf', int(now))
+  end
+  return {'stats', joined, admitted, redis.call('HGET', KEYS[4], 'tail') or '', int(now)}
 end
 
 local p = place()
