@@ -82,7 +82,10 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     let feed = Feed::new(engine.ledger().clone(), cfg.events_retention);
     feed.spawn_upkeep(supervisor);
     let key = engine.ledger().room_key().await?;
-    let store = Arc::new(crate::room::redis::RedisRooms::new(engine.redis()));
+    let store = Arc::new(crate::room::redis::RedisRooms::new(
+        engine.redis(),
+        engine.clone(),
+    ));
     let rooms = Arc::new(crate::room::Rooms::new(store, engine.clone(), key));
     Ok(Parts {
         rooms,

@@ -37,7 +37,7 @@ fn value(v: impl ToString) -> HeaderValue {
 }
 
 /// 429 `rate_limited` with `Retry-After` and the RateLimit headers of the limit that refused.
-fn rate_limited(l: Limited) -> ApiError {
+pub(super) fn rate_limited(l: Limited) -> ApiError {
     let mut e = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "rate_limited",

@@ -1,18 +1,26 @@
 //! The embedded deployment's rooms: in memory, every join written to SQLite first.
 //!
 //! A room's whole state is a function of its joins in arrival order (user, time) and the
-//! deployment's key: the pre-queue's order is the users' shuffle scores, and every later
-//! joiner's slot follows from its join time and the slot before it ([`super::schedule`]). So
-//! the ledger keeps only the joins (`room_members`), and a restart replays them into the same
-//! places. Joins go through one task that writes each batch in one transaction and changes
-//! memory only after the commit: a place is told only once it is on disk, and a failed write
-//! (a full disk) leaves memory as the disk is.
+//! deployment's key: a join timed before `starts_at` is in the pre-queue, ordered by the
+//! users' shuffle scores, and every later joiner's slot follows from its join time and the
+//! slot before it ([`super::schedule`]). So the ledger keeps only the joins (`room_members`),
+//! and a restart replays them into the same places.
+//!
+//! Joins go through one task that writes each batch in one transaction and changes memory
+//! only after the commit: a place is told only once it is on disk, and a failed write (a full
+//! disk) leaves memory as the disk is. Two rules keep the replay equal to what was told:
+//! a join's time is read under its room's lock, after any freeze a reader made (so a join
+//! after the freeze is never timed before `starts_at`); and while joins timed before
+//! `starts_at` are being written, readers do not freeze the pre-queue (they answer
+//! `prequeue` for those few milliseconds), so the frozen pre-queue holds every such join.
+//! Each room has its own lock: the one sort of a large pre-queue at `starts_at` holds up only
+//! that room.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use super::schedule::{self, Place};
@@ -43,7 +51,11 @@ struct Room {
     tail: Option<i64>,
     last_seq: i64,
     last_joined: i64,
+    /// Joins timed before `starts_at` decided and not yet applied (being written).
+    writing_pre: usize,
 }
+
+type Shared = Arc<Mutex<Room>>;
 
 impl Room {
     /// Freezes the pre-queue: ranks by (score, user), as a Redis sorted set orders it.
@@ -64,15 +76,18 @@ impl Room {
         q
     }
 
+    /// Whether the line is drawn at `now`: frozen already, or past `starts_at` with no join
+    /// timed before it still being written.
     fn started(&self, def: &RoomDef, now: i64) -> bool {
-        self.frozen.is_some() || def.starts_at.is_none_or(|s| now >= s)
+        self.frozen.is_some() || (def.starts_at.is_none_or(|s| now >= s) && self.writing_pre == 0)
     }
 
-    /// Adds a join (committed, or read back from the ledger).
+    /// Adds a join (committed, or read back from the ledger): in the pre-queue if timed
+    /// before `starts_at`, else in line.
     fn apply(&mut self, def: &RoomDef, user: Arc<str>, seq: i64, at: i64, score: u64) {
         self.last_seq = seq;
-        self.last_joined = at;
-        if !self.started(def, at) {
+        self.last_joined = self.last_joined.max(at);
+        if self.frozen.is_none() && def.starts_at.is_some_and(|s| at < s) {
             let score = if def.room.shuffle { score } else { seq as u64 };
             self.pre.push((score, user.clone()));
             self.members.insert(user, Member::Pre { rank: 0 });
@@ -95,7 +110,11 @@ impl Room {
         let sp = def.spacing();
         let started = self.started(def, now);
         let q = if started { self.freeze(def) } else { 0 };
-        let admitted_pre = schedule::pre_admitted(def.starts_at, q, now, sp);
+        let admitted_pre = if started {
+            schedule::pre_admitted(def.starts_at, q, now, sp)
+        } else {
+            0
+        };
         match self.members.get(user)? {
             Member::Pre { .. } if !started => Some(Place::Prequeue),
             Member::Pre { rank } => {
@@ -123,6 +142,18 @@ impl Room {
             }
         }
     }
+
+    /// Times a new member's join at `now` (read under this room's lock).
+    fn decide(&mut self, def: &RoomDef, now: i64, next_seq: i64) -> (i64, i64) {
+        let mut at = now.max(self.last_joined);
+        match def.starts_at {
+            Some(s) if at < s && self.frozen.is_none() => self.writing_pre += 1,
+            // Frozen by a reader whose clock read passed the start: this join comes after it.
+            Some(s) if at < s => at = s,
+            _ => {}
+        }
+        (next_seq, at)
+    }
 }
 
 struct Join {
@@ -132,9 +163,27 @@ struct Join {
     reply: oneshot::Sender<Result<Place, Error>>,
 }
 
+#[derive(Default)]
+struct Rooms {
+    all: RwLock<HashMap<String, Shared>>,
+}
+
+impl Rooms {
+    fn get(&self, id: &str) -> Option<Shared> {
+        self.all.read().get(id).cloned()
+    }
+
+    fn entry(&self, id: &str) -> Shared {
+        if let Some(r) = self.get(id) {
+            return r;
+        }
+        self.all.write().entry(id.to_owned()).or_default().clone()
+    }
+}
+
 /// The rooms of the embedded deployment.
 pub struct EmbeddedRooms {
-    rooms: Arc<Mutex<HashMap<String, Room>>>,
+    rooms: Arc<Rooms>,
     backend: Arc<dyn Backend>,
     joins: mpsc::Sender<Join>,
 }
@@ -147,7 +196,7 @@ impl EmbeddedRooms {
         backend: Arc<dyn Backend>,
         shuffle: impl Fn(&str, &str) -> u64 + Send + Sync + 'static,
     ) -> anyhow::Result<Arc<Self>> {
-        let mut rooms: HashMap<String, Room> = HashMap::new();
+        let rooms = Arc::new(Rooms::default());
         let mut defs: HashMap<String, Option<RoomDef>> = HashMap::new();
         let rows = ledger.room_members().await?;
         let joined = rows.len();
@@ -160,7 +209,7 @@ impl EmbeddedRooms {
                 anyhow::bail!("joins of campaign {:?}, which has no room", r.campaign_id);
             };
             let score = shuffle(&r.campaign_id, &r.user_id);
-            rooms.entry(r.campaign_id.clone()).or_default().apply(
+            rooms.entry(&r.campaign_id).lock().apply(
                 def,
                 r.user_id.into(),
                 r.seq,
@@ -168,8 +217,7 @@ impl EmbeddedRooms {
                 score,
             );
         }
-        tracing::info!(rooms = rooms.len(), joined, "waiting rooms recovered");
-        let rooms = Arc::new(Mutex::new(rooms));
+        tracing::info!(rooms = defs.len(), joined, "waiting rooms recovered");
         let (tx, rx) = mpsc::channel(BATCH * 4);
         tokio::spawn(writer(ledger, rooms.clone(), rx));
         Ok(Arc::new(Self {
@@ -177,6 +225,12 @@ impl EmbeddedRooms {
             backend,
             joins: tx,
         }))
+    }
+
+    fn place(&self, def: &RoomDef, user: &str) -> Option<Place> {
+        let room = self.rooms.get(&def.campaign)?;
+        let mut room = room.lock();
+        room.place(def, user, now_us())
     }
 
     /// The place, with the sold-out check for a user not admitted yet.
@@ -215,13 +269,7 @@ fn now_us() -> i64 {
 #[async_trait]
 impl RoomStore for EmbeddedRooms {
     async fn join(&self, def: &RoomDef, user: &str, score: u64) -> Result<Place, Error> {
-        let known = {
-            let mut rooms = self.rooms.lock();
-            rooms
-                .get_mut(&def.campaign)
-                .and_then(|r| r.place(def, user, now_us()))
-        };
-        if let Some(p) = known {
+        if let Some(p) = self.place(def, user) {
             return Ok(self.checked(def, Some(p)).await?.expect("a member"));
         }
         if self.sold_out(def, now_us()).await? {
@@ -234,35 +282,26 @@ impl RoomStore for EmbeddedRooms {
             score,
             reply,
         };
-        self.joins
-            .send(join)
-            .await
-            .map_err(|_| Error::Unavailable("the waiting room is shutting down".into()))?;
-        let place = answer
-            .await
-            .map_err(|_| Error::Unavailable("the waiting room is shutting down".into()))??;
+        let closed = || Error::Unavailable("the waiting room is shutting down".into());
+        self.joins.send(join).await.map_err(|_| closed())?;
+        let place = answer.await.map_err(|_| closed())??;
         Ok(self.checked(def, Some(place)).await?.expect("a member"))
     }
 
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {
-        let place = {
-            let mut rooms = self.rooms.lock();
-            rooms
-                .get_mut(&def.campaign)
-                .and_then(|r| r.place(def, user, now_us()))
-        };
+        let place = self.place(def, user);
         self.checked(def, place).await
     }
 
     async fn stats(&self, def: &RoomDef) -> Result<Stats, Error> {
         let now = now_us();
-        let mut rooms = self.rooms.lock();
-        let Some(room) = rooms.get_mut(&def.campaign) else {
+        let Some(room) = self.rooms.get(&def.campaign) else {
             return Ok(Stats {
                 now,
                 ..Stats::default()
             });
         };
+        let mut room = room.lock();
         let joined = room.members.len() as u64;
         let admitted = if room.started(def, now) {
             let q = room.freeze(def);
@@ -280,56 +319,37 @@ impl RoomStore for EmbeddedRooms {
     }
 }
 
+/// A new member's row, its room and where its join sits in the batch.
+struct Decided {
+    row: JoinRow,
+    room: Shared,
+    pre: bool,
+    join: usize,
+}
+
 /// Writes joins in batches, then makes them visible and answers them.
-async fn writer(
-    ledger: Arc<SqliteLedger>,
-    rooms: Arc<Mutex<HashMap<String, Room>>>,
-    mut rx: mpsc::Receiver<Join>,
-) {
+async fn writer(ledger: Arc<SqliteLedger>, rooms: Arc<Rooms>, mut rx: mpsc::Receiver<Join>) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let now = now_us();
-        // Decide each new member's row; a user twice in the batch gets one.
-        let mut rows: Vec<(JoinRow, usize)> = Vec::new();
-        {
-            let mut rooms = rooms.lock();
-            let mut next: HashMap<&str, (i64, i64)> = HashMap::new();
-            let mut seen: HashMap<(&str, &str), ()> = HashMap::new();
-            for (i, j) in batch.iter().enumerate() {
-                let room = rooms.entry(j.def.campaign.clone()).or_default();
-                if room.members.contains_key(j.user.as_str())
-                    || seen.insert((&j.def.campaign, &j.user), ()).is_some()
-                {
-                    continue;
-                }
-                let (seq, at) = next
-                    .entry(&j.def.campaign)
-                    .or_insert((room.last_seq, room.last_joined.max(now)));
-                *seq += 1;
-                rows.push((
-                    JoinRow {
-                        campaign_id: j.def.campaign.clone(),
-                        user_id: j.user.clone(),
-                        seq: *seq,
-                        joined_at: *at,
-                    },
-                    i,
-                ));
-            }
-        }
-        let written: Vec<JoinRow> = rows.iter().map(|(r, _)| r.clone()).collect();
-        let saved = if written.is_empty() {
+        let decided = decide(&rooms, &batch);
+        let rows: Vec<JoinRow> = decided.iter().map(|d| d.row.clone()).collect();
+        let saved = if rows.is_empty() {
             Ok(())
         } else {
-            ledger.room_joins(&written).await
+            ledger.room_joins(&rows).await
         };
-        let mut rooms = rooms.lock();
         if let Err(e) = &saved {
-            tracing::error!(error = %format!("{e:#}"), joins = written.len(), "waiting room joins not written");
-        } else {
-            for (r, i) in &rows {
-                let j = &batch[*i];
-                rooms.entry(r.campaign_id.clone()).or_default().apply(
+            tracing::error!(error = %format!("{e:#}"), joins = rows.len(), "waiting room joins not written");
+        }
+        for d in &decided {
+            let j = &batch[d.join];
+            let mut room = d.room.lock();
+            if d.pre {
+                room.writing_pre -= 1;
+            }
+            if saved.is_ok() {
+                let r = &d.row;
+                room.apply(
                     &j.def,
                     r.user_id.as_str().into(),
                     r.seq,
@@ -338,11 +358,10 @@ async fn writer(
                 );
             }
         }
-        let now = now_us();
         for j in batch.drain(..) {
             let place = rooms
-                .get_mut(&j.def.campaign)
-                .and_then(|r| r.place(&j.def, &j.user, now));
+                .get(&j.def.campaign)
+                .and_then(|r| r.lock().place(&j.def, &j.user, now_us()));
             let answer = match (place, &saved) {
                 (Some(p), _) => Ok(p),
                 (None, Err(_)) => Err(Error::not_committed("the join was not written")),
@@ -351,4 +370,39 @@ async fn writer(
             let _ = j.reply.send(answer);
         }
     }
+}
+
+/// Each new member's row, timed under its room's lock; a user twice in the batch gets one.
+fn decide(rooms: &Rooms, batch: &[Join]) -> Vec<Decided> {
+    let mut out = Vec::new();
+    let mut seen: HashMap<(&str, &str), ()> = HashMap::new();
+    let mut seqs: HashMap<&str, i64> = HashMap::new();
+    for (i, j) in batch.iter().enumerate() {
+        if seen.insert((&j.def.campaign, &j.user), ()).is_some() {
+            continue;
+        }
+        let shared = rooms.entry(&j.def.campaign);
+        let mut room = shared.lock();
+        if room.members.contains_key(j.user.as_str()) {
+            continue;
+        }
+        let seq = seqs.entry(&j.def.campaign).or_insert(room.last_seq);
+        *seq += 1;
+        let before = room.writing_pre;
+        let (seq, at) = room.decide(&j.def, now_us(), *seq);
+        let pre = room.writing_pre > before;
+        drop(room);
+        out.push(Decided {
+            row: JoinRow {
+                campaign_id: j.def.campaign.clone(),
+                user_id: j.user.clone(),
+                seq,
+                joined_at: at,
+            },
+            room: shared,
+            pre,
+            join: i,
+        });
+    }
+    out
 }

@@ -6,27 +6,43 @@
 //! persistence (AOF) and replicas; a ticket once issued needs nothing from Redis at all
 //! (docs/WAITING_ROOM.md, "What is durable").
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use redis::Script;
 
 use super::schedule::Place;
 use super::{RoomDef, RoomStore, Stats};
-use crate::domain::Error;
+use crate::domain::{Error, Status};
+use crate::engine::backend::Backend;
 use crate::redis_conn::RedisConn;
 
 pub struct RedisRooms {
     conn: RedisConn,
     script: Script,
+    /// The engine, to bring back a campaign Redis lost (or learn it is over for good).
+    backend: Arc<dyn Backend>,
+}
+
+/// What one script call found.
+enum Step {
+    Found(Option<Place>),
+    /// The campaign is not in the gate.
+    Missing,
 }
 
 impl RedisRooms {
-    pub fn new(conn: RedisConn) -> Self {
+    pub fn new(conn: RedisConn, backend: Arc<dyn Backend>) -> Self {
         Self {
             conn,
             script: Script::new(include_str!("lua/room.lua")),
+            backend,
         }
     }
 
+    /// One step; a campaign the gate lacks is first read through the engine, which puts it
+    /// back from the ledger (then the step runs again) unless it is over for good (then the
+    /// sale is: `sold_out`).
     async fn step(
         &self,
         def: &RoomDef,
@@ -34,6 +50,24 @@ impl RedisRooms {
         user: &str,
         score: u64,
     ) -> Result<Option<Place>, Error> {
+        if let Step::Found(p) = self.once(def, op, user, score).await? {
+            return Ok(p);
+        }
+        let view = self.backend.campaign(&def.campaign).await?;
+        let now = crate::domain::now();
+        if view.status == Status::Closed || view.ends_at.is_some_and(|e| now >= e) {
+            return Ok(Some(Place::SoldOut));
+        }
+        match self.once(def, op, user, score).await? {
+            Step::Found(p) => Ok(p),
+            Step::Missing => Err(Error::Unavailable(format!(
+                "campaign '{}' is not in the gate yet; retry shortly",
+                def.campaign
+            ))),
+        }
+    }
+
+    async fn once(&self, def: &RoomDef, op: &str, user: &str, score: u64) -> Result<Step, Error> {
         let tag = format!("{{c:{}}}", def.campaign);
         let mut inv = self.script.prepare_invoke();
         inv.key(format!("{tag}:meta"))
@@ -65,21 +99,19 @@ impl RedisRooms {
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))
         };
-        match word(0).as_deref() {
-            Some("line") => Ok(Some(Place::Line {
+        let place = match word(0).as_deref() {
+            Some("line") => Place::Line {
                 admit_at: num(1)?,
                 ahead: num(2)?.max(0) as u64,
                 now: num(3)?,
-            })),
-            Some("prequeue") => Ok(Some(Place::Prequeue)),
-            Some("sold_out") => Ok(Some(Place::SoldOut)),
-            Some("unknown") => Ok(None),
-            Some("missing") => Err(Error::Unavailable(format!(
-                "campaign '{}' is not in the gate yet; retry shortly",
-                def.campaign
-            ))),
-            _ => Err(Error::Unavailable("a malformed waiting room reply".into())),
-        }
+            },
+            Some("prequeue") => Place::Prequeue,
+            Some("sold_out") => Place::SoldOut,
+            Some("unknown") => return Ok(Step::Found(None)),
+            Some("missing") => return Ok(Step::Missing),
+            _ => return Err(Error::Unavailable("a malformed waiting room reply".into())),
+        };
+        Ok(Step::Found(Some(place)))
     }
 }
 

@@ -14,7 +14,8 @@ use crate::helpers::{App, Deploy};
 
 crate::conformance!(
     the_room_shuffles_admits_at_its_rate_and_only_tickets_claim,
-    waiting_users_learn_the_sale_sold_out
+    waiting_users_learn_the_sale_sold_out,
+    a_line_drawn_while_joins_are_written_is_the_line_a_restart_draws,
 );
 
 async fn join(app: &App, campaign: &str, user: &str) -> (StatusCode, Value) {
@@ -290,6 +291,114 @@ async fn waiting_users_learn_the_sale_sold_out(deploy: Deploy) {
         status(&app, "one", "d").await.0,
         404,
         "a join after the sale records nothing"
+    );
+    app.stop().await;
+}
+
+/// Joins keep coming across `starts_at` while readers poll, so the pre-queue is drawn while
+/// joins timed before the start are still being written; a restart replays the ledger's joins
+/// and must draw exactly the line that was told.
+async fn a_line_drawn_while_joins_are_written_is_the_line_a_restart_draws(deploy: Deploy) {
+    let app = App::spawn(deploy).await;
+    let starts = starts_in(Duration::from_millis(1_500));
+    let start: DateTime<Utc> = starts.parse().unwrap();
+    app.create(json!({"id": "edge", "stock": 10, "starts_at": starts,
+                      "waiting_room": {"admit_per_second": 2000}}))
+        .await;
+    let app = std::sync::Arc::new(tokio::sync::RwLock::new(app));
+    let mut tasks = Vec::new();
+    for t in 0..12 {
+        let app = app.clone();
+        let until = start + chrono::TimeDelta::milliseconds(300);
+        tasks.push(tokio::spawn(async move {
+            let mut users = Vec::new();
+            for i in 0..1_000 {
+                let u = format!("j{t}-{i}");
+                let a = app.read().await;
+                let (s, v) = join(&a, "edge", &u).await;
+                assert_eq!(s, 200, "{v}");
+                users.push(u);
+                if Utc::now() > until {
+                    break;
+                }
+            }
+            users
+        }));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut pollers = Vec::new();
+    for t in 0..4 {
+        let (app, stop) = (app.clone(), stop.clone());
+        pollers.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let a = app.read().await;
+                let _ = status(&a, "edge", &format!("j{t}-0")).await;
+            }
+        }));
+    }
+    let mut users = Vec::new();
+    for t in tasks {
+        users.extend(t.await.unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for p in pollers {
+        p.await.unwrap();
+    }
+    let mut app = std::sync::Arc::into_inner(app).unwrap().into_inner();
+    // Everyone admitted (2,000 a second), then every answer read, the server restarted and
+    // every answer read again.
+    tokio::time::sleep(Duration::from_millis(users.len() as u64 / 2 + 500)).await;
+    let before = statuses(&app, "edge", &users).await;
+    let pre = before
+        .values()
+        .filter(|v| {
+            v["admitted_at"]
+                .as_str()
+                .unwrap()
+                .parse::<DateTime<Utc>>()
+                .unwrap()
+                < starts.parse::<DateTime<Utc>>().unwrap() + chrono::TimeDelta::milliseconds(300)
+        })
+        .count();
+    assert!(
+        pre > 0 && pre < users.len(),
+        "joins on both sides of the start: {pre} of {}",
+        users.len()
+    );
+    app.restart().await;
+    let after = statuses(&app, "edge", &users).await;
+    let moved: Vec<&String> = users.iter().filter(|u| before[*u] != after[*u]).collect();
+    assert!(
+        moved.is_empty(),
+        "{} of {} users answered differently after the restart, e.g. {:?}: {} then {}",
+        moved.len(),
+        users.len(),
+        moved.first(),
+        moved.first().map(|u| &before[*u]).unwrap_or(&Value::Null),
+        moved.first().map(|u| &after[*u]).unwrap_or(&Value::Null),
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_and_reads_count_against_the_claim_rate_limits() {
+    let app = App::spawn_tuned(Deploy::Embedded, |c| {
+        c.guard.rate_per_ip = Some("5/h".parse().unwrap());
+    })
+    .await;
+    app.create(json!({"id": "rl", "stock": 5, "waiting_room": {"admit_per_second": 10}}))
+        .await;
+    let mut answers = Vec::new();
+    for i in 0..8 {
+        answers.push(join(&app, "rl", &format!("bot{i}")).await.0.as_u16());
+    }
+    assert_eq!(&answers[..5], &[200; 5], "{answers:?}");
+    assert!(answers[5..].iter().all(|s| *s == 429), "{answers:?}");
+    assert_eq!(status(&app, "rl", "bot0").await.0, 429);
+    assert_eq!(
+        status(&app, "rl", "bot7").await.0,
+        429,
+        "refused, not recorded"
     );
     app.stop().await;
 }
