@@ -197,26 +197,32 @@ impl EmbeddedRooms {
         shuffle: impl Fn(&str, &str) -> u64 + Send + Sync + 'static,
     ) -> anyhow::Result<Arc<Self>> {
         let rooms = Arc::new(Rooms::default());
-        let mut defs: HashMap<String, Option<RoomDef>> = HashMap::new();
-        let rows = ledger.room_members().await?;
-        let joined = rows.len();
-        for r in rows {
-            if !defs.contains_key(&r.campaign_id) {
-                let def = room_def(&*backend, &r.campaign_id).await?;
-                defs.insert(r.campaign_id.clone(), def);
-            }
-            let Some(def) = &defs[&r.campaign_id] else {
-                anyhow::bail!("joins of campaign {:?}, which has no room", r.campaign_id);
-            };
-            let score = shuffle(&r.campaign_id, &r.user_id);
-            rooms.entry(&r.campaign_id).lock().apply(
-                def,
-                r.user_id.into(),
-                r.seq,
-                r.joined_at,
-                score,
-            );
+        let mut defs: HashMap<String, RoomDef> = HashMap::new();
+        for id in ledger.room_campaigns().await? {
+            let def = room_def(&*backend, &id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("joins of campaign {id:?}, which has no room"))?;
+            defs.insert(id, def);
         }
+        let mut current: Option<(Shared, &RoomDef)> = None;
+        let joined = ledger
+            .room_members(|r| {
+                let def = defs
+                    .get(&r.campaign_id)
+                    .ok_or_else(|| anyhow::anyhow!("a join of an unknown room"))?;
+                if current
+                    .as_ref()
+                    .is_none_or(|(_, d)| d.campaign != r.campaign_id)
+                {
+                    current = Some((rooms.entry(&r.campaign_id), def));
+                }
+                let (room, def) = current.as_ref().expect("just set");
+                let score = shuffle(&r.campaign_id, &r.user_id);
+                room.lock()
+                    .apply(def, r.user_id.into(), r.seq, r.joined_at, score);
+                Ok(())
+            })
+            .await?;
         tracing::info!(rooms = defs.len(), joined, "waiting rooms recovered");
         let (tx, rx) = mpsc::channel(BATCH * 4);
         tokio::spawn(writer(ledger, rooms.clone(), rx));

@@ -65,22 +65,37 @@ impl SqliteLedger {
         }
     }
 
-    /// Every join, by campaign and arrival order.
-    pub async fn room_members(&self) -> anyhow::Result<Vec<JoinRow>> {
-        let rows = sqlx::query(
+    /// The campaigns with joins.
+    pub async fn room_campaigns(&self) -> anyhow::Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT campaign_id FROM room_members")
+                .fetch_all(&self.readers)
+                .await?,
+        )
+    }
+
+    /// Hands every join to `each`, by campaign and arrival order, one row at a time (a room
+    /// of millions is never held twice in memory).
+    pub async fn room_members(
+        &self,
+        mut each: impl FnMut(JoinRow) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        use futures::TryStreamExt;
+        let mut rows = sqlx::query(
             "SELECT campaign_id, user_id, seq, joined_at FROM room_members \
              ORDER BY campaign_id, seq",
         )
-        .fetch_all(&self.readers)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| JoinRow {
+        .fetch(&self.readers);
+        let mut n = 0;
+        while let Some(r) = rows.try_next().await? {
+            each(JoinRow {
                 campaign_id: r.get(0),
                 user_id: r.get(1),
                 seq: r.get(2),
                 joined_at: r.get(3),
-            })
-            .collect())
+            })?;
+            n += 1;
+        }
+        Ok(n)
     }
 }
