@@ -183,7 +183,8 @@ impl Rooms {
             },
             Place::SoldOut => RoomAnswer::SoldOut,
             Place::Line { admit_at, now, .. } if admit_at <= now => {
-                let admitted_ms = admit_at.div_euclid(1000);
+                // Rounded up, so nobody reads an admission before `starts_at`.
+                let admitted_ms = (admit_at + 999).div_euclid(1000);
                 let expires_ms = admitted_ms + i64::from(def.room.ticket_seconds) * 1000;
                 RoomAnswer::Admitted {
                     ticket: self.tickets.sign(&def.campaign, user, expires_ms),

@@ -34,6 +34,7 @@ mod redis_settings;
 mod reissued;
 mod replica_lag;
 mod replica_waits;
+mod room_faults;
 mod sentinel;
 mod sentinel_failover;
 mod sentinel_kill;
