@@ -100,6 +100,26 @@ async fn storm_counts_match_the_answers() {
     // The group commit ran for the 20 wins (process-wide series: at least this server's).
     let commits = format!("{}_count", catalog::COMMIT_BATCH);
     assert!(total(&samples, &commits, &[]) >= 1.0);
+    // A room's series exist once a campaign has a room: one user joins, and a claim without
+    // its ticket is refused.
+    app.create(json!({"id": "mxr", "stock": 1, "waiting_room": {"admit_per_second": 1}}))
+        .await;
+    let joined = app
+        .client
+        .http()
+        .post(app.client.url("/v1/campaigns/mxr/queue"))
+        .json(&json!({"user_id": "u0"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), 200);
+    assert_eq!(claim_as(&base, "mxr", "u0").await.0.as_u16(), 403);
+    let (_, samples) = scrape(&base).await;
+    assert_eq!(
+        total(&samples, catalog::ROOM_JOINED, &[("campaign", "mxr")]),
+        1.0
+    );
+    assert_eq!(total(&samples, catalog::ROOM_TICKETS_REFUSED, &[]), 1.0);
     let present = names(&samples);
     for fam in catalog::FAMILIES.iter().chain(catalog::PROCESS) {
         if SCALE_OUT_ONLY.contains(&fam.name) || fam.name == catalog::CAMPAIGN_PENDING {
