@@ -54,7 +54,9 @@ pub async fn fault(
             cluster.start_proc(node, p).await?;
         }
         Kind::Failover => {
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // As long as a settle may take: on a loaded machine the sentinels can refuse for
+            // more than 10 s after a kill -9 failover (the restarted node still syncing).
+            let deadline = Instant::now() + SETTLE;
             loop {
                 let mut c = node_conn(ports.sentinels[0]).await?;
                 let r: redis::RedisResult<()> = redis::cmd("SENTINEL")
