@@ -264,6 +264,11 @@ impl StockBoard {
     }
 
     /// (id, entry) of every campaign, sorted by id.
+    /// The ids of the campaigns on the board, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        self.all().into_iter().map(|(id, _)| id).collect()
+    }
+
     pub fn all(&self) -> Vec<(String, Arc<StockEntry>)> {
         let mut v: Vec<_> = self
             .entries

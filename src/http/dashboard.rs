@@ -102,7 +102,7 @@ pub async fn style() -> impl IntoResponse {
     responses((status = 200, description = "The dashboard's figures: campaigns and metric samples.", content_type = "application/json", body = serde_json::Value)),
 )]
 pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
-    let text = super::guarded::exposition(&app).await;
+    let (text, rooms) = super::guarded::exposition_and_rooms(&app).await;
     let samples: Vec<_> = exposition::parse(&text)
         .into_iter()
         .filter(|s| SHOWN.contains(&s.name.as_str()))
@@ -111,13 +111,7 @@ pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
                 || s.labels.get("route").is_some_and(|r| r == "claim")
         })
         .collect();
-    let ids: Vec<String> = app
-        .guards
-        .board
-        .all()
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
+    let ids = app.guards.board.ids();
     let mut campaigns = Vec::new();
     for id in ids.iter().take(MAX_CAMPAIGNS) {
         if let Ok(view) = app.backend.campaign(id).await {
@@ -127,10 +121,6 @@ pub async fn data(_: Caller, State(app): State<AppState>) -> Json<Value> {
     let lag = app.backend.pipeline_lag().await;
     let sinks = match &app.delivery {
         Some(d) => sinks(d).await,
-        None => Vec::new(),
-    };
-    let rooms = match &app.rooms {
-        Some(r) => r.figures(&ids).await,
         None => Vec::new(),
     };
     Json(json!({

@@ -149,23 +149,25 @@ pub async fn metrics(_: Caller, State(app): State<AppState>) -> impl IntoRespons
 
 /// The instance's exposition, with the scrape-time series (backend state, pipeline lag) set.
 pub async fn exposition(app: &AppState) -> String {
+    exposition_and_rooms(app).await.0
+}
+
+/// [`exposition`], and the rooms' figures it was set from (for the dashboard, which shows
+/// both without reading the rooms twice).
+pub async fn exposition_and_rooms(app: &AppState) -> (String, Vec<crate::room::RoomFigures>) {
     if let Some(lag) = app.backend.pipeline_lag().await {
         crate::telemetry::process::handles()
             .pipeline_lag
             .set(lag as f64);
     }
     app.backend.refresh_metrics(&app.guards.metrics.registry);
-    if let Some(rooms) = &app.rooms {
-        let ids: Vec<String> = app
-            .guards
-            .board
-            .all()
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        rooms
-            .refresh_metrics(&ids, &app.guards.metrics.registry)
-            .await;
-    }
-    app.guards.render_metrics()
+    let rooms = match &app.rooms {
+        Some(rooms) => {
+            rooms
+                .refresh_metrics(&app.guards.board.ids(), &app.guards.metrics.registry)
+                .await
+        }
+        None => Vec::new(),
+    };
+    (app.guards.render_metrics(), rooms)
 }

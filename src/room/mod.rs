@@ -213,9 +213,22 @@ impl Rooms {
         user: &str,
         ticket: Option<&str>,
     ) -> Result<Result<(), TicketError>, Error> {
-        let Some(def) = self.def(id).await? else {
-            return Ok(Ok(()));
-        };
+        // The claim path: a campaign already seen is checked under the cache's read lock,
+        // without copying its settings.
+        if let Some(d) = self.defs.read().get(id) {
+            return Ok(self.check(d.as_ref(), user, ticket));
+        }
+        let def = self.def(id).await?;
+        Ok(self.check(def.as_ref(), user, ticket))
+    }
+
+    fn check(
+        &self,
+        def: Option<&RoomDef>,
+        user: &str,
+        ticket: Option<&str>,
+    ) -> Result<(), TicketError> {
+        let Some(def) = def else { return Ok(()) };
         let checked = self.tickets.check(
             ticket,
             &def.campaign,
@@ -226,7 +239,7 @@ impl Rooms {
             self.refused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(checked)
+        checked
     }
 
     /// Claims this instance refused for their ticket.
@@ -269,13 +282,19 @@ impl Rooms {
         all
     }
 
-    /// Sets the rooms' series of `/metrics` for campaigns `ids`.
-    pub async fn refresh_metrics(&self, ids: &[String], registry: &crate::telemetry::Registry) {
+    /// Sets the rooms' series of `/metrics` for campaigns `ids`; the figures they were set
+    /// from.
+    pub async fn refresh_metrics(
+        &self,
+        ids: &[String],
+        registry: &crate::telemetry::Registry,
+    ) -> Vec<RoomFigures> {
         use crate::telemetry::catalog as c;
         registry
             .counter(c::ROOM_TICKETS_REFUSED, Vec::new())
             .absolute(self.tickets_refused());
-        for f in self.figures(ids).await {
+        let figures = self.figures(ids).await;
+        for f in &figures {
             let id = &f.campaign;
             registry
                 .campaign_gauge(c::ROOM_JOINED, id)
@@ -290,6 +309,7 @@ impl Rooms {
                 .campaign_gauge(c::ROOM_WAIT, id)
                 .set(f.estimated_wait_ms as f64 / 1000.0);
         }
+        figures
     }
 }
 

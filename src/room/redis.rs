@@ -67,7 +67,15 @@ impl RedisRooms {
         }
     }
 
-    async fn once(&self, def: &RoomDef, op: &str, user: &str, score: u64) -> Result<Step, Error> {
+    /// One call of `room.lua` (its KEYS and ARGV are described there).
+    async fn call(
+        &self,
+        def: &RoomDef,
+        op: &str,
+        user: &str,
+        score: &str,
+        context: &str,
+    ) -> Result<Vec<redis::Value>, Error> {
         let tag = format!("{{c:{}}}", def.campaign);
         let mut inv = self.script.prepare_invoke();
         inv.key(format!("{tag}:meta"))
@@ -77,15 +85,27 @@ impl RedisRooms {
             .arg(op)
             .arg(user)
             .arg(def.spacing())
-            .arg(if def.room.shuffle {
-                score.to_string()
-            } else {
-                String::new()
-            });
-        let reply: Vec<redis::Value> = inv
-            .invoke_async(&mut self.conn.clone())
+            .arg(score);
+        inv.invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|e| Error::unavailable("the waiting room could not be reached in Redis", e))?;
+            .map_err(|e| Error::unavailable(context, e))
+    }
+
+    async fn once(&self, def: &RoomDef, op: &str, user: &str, score: u64) -> Result<Step, Error> {
+        let score = if def.room.shuffle {
+            score.to_string()
+        } else {
+            String::new()
+        };
+        let reply = self
+            .call(
+                def,
+                op,
+                user,
+                &score,
+                "the waiting room could not be reached in Redis",
+            )
+            .await?;
         let word = |i: usize| -> Option<String> {
             match reply.get(i)? {
                 redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
@@ -128,20 +148,15 @@ impl RoomStore for RedisRooms {
     }
 
     async fn stats(&self, def: &RoomDef) -> Result<Stats, Error> {
-        let tag = format!("{{c:{}}}", def.campaign);
-        let mut inv = self.script.prepare_invoke();
-        inv.key(format!("{tag}:meta"))
-            .key(format!("{tag}:room:pre"))
-            .key(format!("{tag}:room:late"))
-            .key(format!("{tag}:room"))
-            .arg("stats")
-            .arg("")
-            .arg(def.spacing())
-            .arg("");
-        let reply: Vec<redis::Value> = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| Error::unavailable("reading a waiting room from Redis failed", e))?;
+        let reply = self
+            .call(
+                def,
+                "stats",
+                "",
+                "",
+                "reading a waiting room from Redis failed",
+            )
+            .await?;
         let n = |i: usize| -> Option<i64> {
             match reply.get(i)? {
                 redis::Value::Int(n) => Some(*n),
