@@ -16,6 +16,9 @@
 //!   Needs `redis-server` on PATH (`apt-get install redis-server`); panics with that hint.
 //! - `claim_body/*`: a storm's claim body decoded by the claim route's hand-written parser
 //!   (`parse_claim_body`) and by the generic JSON decoder it falls back to.
+//! - `room_ticket/*`: what a waiting room adds to each claim of its campaign: one ticket check
+//!   (an HMAC-SHA256 and a constant-time compare, `room::ticket::Tickets::check`), valid and
+//!   forged; compare with `decide/*` and `claim_body/*` of the same run.
 //!
 //! Run: `cargo bench --bench claim_step` (add `-- decide` to run one group).
 
@@ -286,5 +289,41 @@ fn claim_body(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decide, embedded, redis, claim_body);
+/// The ticket check a claim on a campaign with a waiting room pays before the engine.
+fn room_ticket(c: &mut Criterion) {
+    use seckill::room::ticket::Tickets;
+    let tickets = Tickets::new([7; 32]);
+    let now = Utc::now().timestamp_millis();
+    let valid = tickets.sign("flash-2026", "w1234-56789", now + 300_000);
+    let forged = tickets.sign("flash-2026", "w1234-56780", now + 300_000);
+    let mut g = c.benchmark_group("room_ticket");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("check_valid", |b| {
+        b.iter(|| {
+            tickets
+                .check(
+                    Some(std::hint::black_box(&valid)),
+                    "flash-2026",
+                    "w1234-56789",
+                    now,
+                )
+                .unwrap()
+        })
+    });
+    g.bench_function("check_forged", |b| {
+        b.iter(|| {
+            tickets
+                .check(
+                    Some(std::hint::black_box(&forged)),
+                    "flash-2026",
+                    "w1234-56789",
+                    now,
+                )
+                .unwrap_err()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decide, embedded, redis, claim_body, room_ticket);
 criterion_main!(benches);

@@ -24,6 +24,7 @@ pub mod events;
 pub mod feed;
 pub mod fire;
 pub mod html;
+pub mod opening;
 pub mod opts;
 pub mod payer;
 pub mod probe;
@@ -57,6 +58,10 @@ use storm::{Live, StormConfig};
 
 /// Runs one bench: setup, storm, drain, verify. The caller prints the report.
 pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
+    anyhow::ensure!(
+        opts.scenario != ScenarioName::Opening,
+        "--scenario opening runs through bench::opening::run"
+    );
     let plan = Plan::resolve(opts)?;
     let verify = !opts.no_verify;
     let needs_token = verify || !plan.events.is_empty() || opts.campaign.is_none();

@@ -28,6 +28,10 @@ pub enum ScenarioName {
     /// Orders wait for payment (`hold_seconds`): winners confirm with a probability after a
     /// random delay, the rest expire and their units sell again (docs/HOLDS.md).
     Holds,
+    /// A sale opening behind a waiting room: users join before and after `starts_at`, poll
+    /// their place with backoff and claim with their ticket once admitted; the verifier adds
+    /// the room's promises (docs/WAITING_ROOM.md).
+    Opening,
 }
 
 impl ScenarioName {
@@ -39,6 +43,7 @@ impl ScenarioName {
             ScenarioName::Hot => "hot",
             ScenarioName::Soldout => "soldout",
             ScenarioName::Holds => "holds",
+            ScenarioName::Opening => "opening",
         }
     }
 }
@@ -129,6 +134,15 @@ pub struct BenchOpts {
     /// to 1.5 × hold_seconds, so some confirms come too late and are refused.
     #[arg(long, default_value_t = 0.5)]
     pub confirm_probability: f64,
+
+    /// `opening`: the room's admissions per second (default 500).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub admit_per_second: Option<u32>,
+
+    /// `opening`: how long before `starts_at` the campaign is created and the pre-queue joins
+    /// (default 3s); the later joiners come over as long again after the start.
+    #[arg(long, value_parser = crate::duration::parse)]
+    pub prequeue: Option<Duration>,
 
     /// Units per claim: `N`, or `A-B` drawn uniformly.
     #[arg(long)]

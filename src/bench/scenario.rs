@@ -144,7 +144,9 @@ fn preset(name: ScenarioName) -> Preset {
             stop: Stop::Duration(Duration::from_secs(10)),
             presell: true,
         },
-        ScenarioName::Holds => Preset {
+        // Runs through `bench::opening`, which reads the flags itself; this preset only keeps
+        // `Plan::resolve` total.
+        ScenarioName::Holds | ScenarioName::Opening => Preset {
             supply: Supply::Stock(2_000),
             limit: 1,
             qty: one,

@@ -50,6 +50,8 @@ pub enum Invariant {
     /// 4: the event feed does not tell the orders' lives as the ledger holds them (see
     /// [`feed`]).
     FeedBroken,
+    /// 8: the waiting room broke a promise (see `bench::opening::check`).
+    RoomBroken,
 }
 
 impl Invariant {
@@ -69,6 +71,7 @@ impl Invariant {
             Invariant::RemainingMismatch => 5,
             Invariant::IdempotencyBroken => 6,
             Invariant::BadInputAccepted | Invariant::BadInputChangedState => 7,
+            Invariant::RoomBroken => 8,
         }
     }
 }

@@ -12,6 +12,21 @@ use anyhow::Context;
 use crate::bench::{self, BenchOpts};
 
 pub async fn run(opts: BenchOpts) -> anyhow::Result<ExitCode> {
+    if opts.scenario == bench::ScenarioName::Opening {
+        let report = bench::opening::run(&opts).await?;
+        let mut out = std::io::stdout().lock();
+        if opts.json {
+            report.write_json(&mut out)?;
+        } else {
+            report.write_text(&mut out)?;
+        }
+        out.flush()?;
+        return Ok(if report.clean() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        });
+    }
     let report = bench::run(&opts).await?;
     if let Some(path) = &opts.html {
         std::fs::write(path, bench::html::render(&report))

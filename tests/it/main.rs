@@ -29,6 +29,7 @@ mod model;
 mod openapi;
 mod process;
 mod room;
+mod room_bench;
 mod scale_out;
 mod servers;
 mod storage_faults;
