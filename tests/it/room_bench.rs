@@ -32,7 +32,10 @@ async fn the_opening_bench_finds_every_promise_of_the_room_kept(deploy: Deploy) 
     assert_eq!((r.transport_errors, r.gave_up), (0, 0));
     assert!(r.non_200.is_empty(), "{:?}", r.non_200);
     let room = &r.room;
-    assert_eq!(room.prequeue_users + room.later_users, 1_500);
+    assert_eq!(
+        room.prequeue_users + room.later_users + room.straddling_start,
+        1_500
+    );
     // 1,050 are sent in the first 1.6 s of the 2 s pre-queue; on a loaded machine (a debug
     // build, three deployments at once) a third of them are answered after the start.
     assert!(room.prequeue_users >= 400, "{room:?}");

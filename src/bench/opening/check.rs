@@ -22,6 +22,8 @@ pub struct Seen {
     pub user: String,
     pub join_sent: Instant,
     pub join_answered: Instant,
+    /// The wall-clock time the join was sent, to compare with `starts_at`.
+    pub join_sent_at: DateTime<Utc>,
     /// The join was answered `prequeue`.
     pub prequeue: bool,
     pub admitted_at: Option<DateTime<Utc>>,
@@ -49,8 +51,13 @@ pub struct Room {
 /// How fair and how paced the opening was (the report's "room" section).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Fairness {
+    /// Joins answered `prequeue`.
     pub prequeue_users: usize,
+    /// Joins sent at or after `starts_at`.
     pub later_users: usize,
+    /// Joins sent before `starts_at` but answered with a place: the room may have timed them
+    /// on either side of the start, so the order checks leave them out.
+    pub straddling_start: usize,
     pub admitted_prequeue: usize,
     pub admitted_later: usize,
     pub sold_out_in_room: usize,
@@ -125,9 +132,13 @@ pub fn check(
             Some(_) => {}
         }
     }
-    let (pre, later): (Vec<&Seen>, Vec<&Seen>) = seen.iter().partition(|s| s.prequeue);
+    let (pre, rest): (Vec<&Seen>, Vec<&Seen>) = seen.iter().partition(|s| s.prequeue);
+    let (later, straddling): (Vec<&Seen>, Vec<&Seen>) = rest
+        .into_iter()
+        .partition(|s| s.join_sent_at >= room.starts_at);
     f.prequeue_users = pre.len();
     f.later_users = later.len();
+    f.straddling_start = straddling.len();
     f.sold_out_in_room = seen.iter().filter(|s| s.room_sold_out).count();
     let ms = |a: DateTime<Utc>| (a - room.starts_at).num_milliseconds();
     let mut times: Vec<i64> = seen.iter().filter_map(|s| s.admitted_at.map(ms)).collect();

@@ -141,12 +141,13 @@ impl OpeningReport {
         let r = &self.room;
         writeln!(
             out,
-            "Room:          {} joined before the start ({} admitted), {} after ({} admitted), \
-             {} read sold_out",
+            "Room:          {} in the pre-queue ({} admitted), {} joined after the start ({} \
+             admitted), {} sent before it and placed at once, {} read sold_out",
             r.prequeue_users,
             r.admitted_prequeue,
             r.later_users,
             r.admitted_later,
+            r.straddling_start,
             r.sold_out_in_room
         )?;
         let rho = |x: Option<f64>| x.map_or("n/a".to_owned(), |x| format!("{x:+.3}"));

@@ -215,10 +215,12 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         user: run.user.clone(),
         join_sent: Instant::now(),
         join_answered: Instant::now(),
+        join_sent_at: chrono::Utc::now(),
         prequeue: false,
         admitted_at: None,
         room_sold_out: false,
     };
+    seen.join_sent_at = chrono::Utc::now();
     let Some((mut answer, sent, answered)) = sh.place(&client, user, true).await else {
         sh.tally.lock().gave_up += 1;
         return UserDone { seen, win: None };
