@@ -85,6 +85,7 @@ pub async fn assemble(cfg: &ServeConfig, supervisor: &Arc<Supervisor>) -> anyhow
     let store = Arc::new(crate::room::redis::RedisRooms::new(
         engine.redis(),
         engine.clone(),
+        engine.wait_replicas(),
     ));
     let rooms = Arc::new(crate::room::Rooms::new(store, engine.clone(), key));
     Ok(Parts {

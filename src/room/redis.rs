@@ -3,8 +3,10 @@
 //! reads the same line, and the admission schedule is one per deployment, not per instance.
 //!
 //! What survives what: the room is Redis data like the gate's stock, kept by the same
-//! persistence (AOF) and replicas; a ticket once issued needs nothing from Redis at all
-//! (docs/WAITING_ROOM.md, "What is durable").
+//! persistence (AOF) and replicas; with `--redis-wait-replicas` a join is answered only once
+//! that many replicas have it, like a claim, so a failover cannot take back a place that was
+//! told. A ticket once issued needs nothing from Redis at all (docs/WAITING_ROOM.md, "What is
+//! durable").
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use super::schedule::Place;
 use super::{RoomDef, RoomStore, Stats};
 use crate::domain::{Error, Status};
 use crate::engine::backend::Backend;
+use crate::engine::scale_out::WaitReplicas;
 use crate::redis_conn::RedisConn;
 
 pub struct RedisRooms {
@@ -22,6 +25,8 @@ pub struct RedisRooms {
     script: Script,
     /// The engine, to bring back a campaign Redis lost (or learn it is over for good).
     backend: Arc<dyn Backend>,
+    /// `--redis-wait-replicas`: a join is answered once these replicas have it.
+    wait: Option<WaitReplicas>,
 }
 
 /// What one script call found.
@@ -32,11 +37,12 @@ enum Step {
 }
 
 impl RedisRooms {
-    pub fn new(conn: RedisConn, backend: Arc<dyn Backend>) -> Self {
+    pub fn new(conn: RedisConn, backend: Arc<dyn Backend>, wait: Option<WaitReplicas>) -> Self {
         Self {
             conn,
             script: Script::new(include_str!("lua/room.lua")),
             backend,
+            wait,
         }
     }
 
@@ -138,9 +144,21 @@ impl RedisRooms {
 #[async_trait]
 impl RoomStore for RedisRooms {
     async fn join(&self, def: &RoomDef, user: &str, score: u64) -> Result<Place, Error> {
-        self.step(def, "join", user, score)
+        let before = WaitReplicas::before(&self.conn);
+        let place = self
+            .step(def, "join", user, score)
             .await?
-            .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))
+            .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))?;
+        // Every join waits, a repeated one too: its first answer may have been this 503.
+        if let Some(wait) = &self.wait {
+            wait.confirm(&self.conn, before).await.map_err(|e| {
+                Error::OutcomeUnknown(format!(
+                    "the join of '{user}' is not on a Redis replica yet ({e:#}); its place may \
+                     or may not survive a failover: join again, it answers the user's place"
+                ))
+            })?;
+        }
+        Ok(place)
     }
 
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {

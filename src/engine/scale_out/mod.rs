@@ -152,6 +152,11 @@ impl ScaleOut {
         self.redis.clone()
     }
 
+    /// `--redis-wait-replicas`, which the waiting rooms' joins wait for like claims.
+    pub fn wait_replicas(&self) -> Option<WaitReplicas> {
+        self.claims.replicas()
+    }
+
     /// The ledger's waiting room of campaign `id`, read once; [`Error::NotFound`] without the
     /// campaign.
     pub(super) async fn room_of(

@@ -35,6 +35,7 @@ mod reissued;
 mod replica_lag;
 mod replica_waits;
 mod room_faults;
+mod room_replicas;
 mod sentinel;
 mod sentinel_failover;
 mod sentinel_kill;

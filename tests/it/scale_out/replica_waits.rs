@@ -27,12 +27,12 @@ async fn confirm(c: &Client, id: &str) -> (u16, serde_json::Value) {
     (s.as_u16(), body)
 }
 
-fn replicas_of(port: u16) -> String {
+pub(super) fn replicas_of(port: u16) -> String {
     redis_raw(port, "INFO replication").unwrap_or_default()
 }
 
 /// Waits (on a busy machine, for a while) until the primary lists `n` replicas as online.
-async fn replicas_online(port: u16, n: usize) {
+pub(super) async fn replicas_online(port: u16, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while replicas_of(port).matches("state=online").count() < n {
         assert!(Instant::now() < deadline, "{n} replicas never came online");
@@ -41,7 +41,7 @@ async fn replicas_online(port: u16, n: usize) {
 }
 
 /// A server behind `redis`'s Sentinel waiting for one replica (`--redis-wait-replicas 1`).
-async fn serve_waiting_for_one(
+pub(super) async fn serve_waiting_for_one(
     redis: &SentinelSetup,
     data: &std::path::Path,
 ) -> (seckill::app::App, Client) {
