@@ -108,7 +108,9 @@ fn unauthorized(e: IdentityError) -> ApiError {
          description = "Signed identity token of `user_id` (`seckill sign-user`); required when \
             the server has `--user-signing-key`, ignored otherwise."),
         ("X-Seckill-Ticket" = Option<String>, Header, max_length = 128,
-         description = "The ticket the waiting room gave this user for this campaign             (`GET /v1/campaigns/{id}/queue/{user_id}` once `admitted`); required on a campaign             with a waiting room, ignored otherwise."),
+         description = "The ticket the waiting room gave this user for this campaign \
+            (`GET /v1/campaigns/{id}/queue/{user_id}` once `admitted`); required on a campaign \
+            with a waiting room, ignored otherwise."),
     ),
     request_body = ClaimRequest,
     responses(

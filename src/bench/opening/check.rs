@@ -29,6 +29,10 @@ pub struct Seen {
     pub admitted_at: Option<DateTime<Utc>>,
     /// The room answered `sold_out` before this user was admitted.
     pub room_sold_out: bool,
+    /// The claim with the ticket the room gave was refused 403 `not_admitted`.
+    pub ticket_refused: bool,
+    /// The admission first told, and a different answer read after the claim.
+    pub answer_changed: Option<String>,
 }
 
 /// A claim the room had to refuse (no ticket, a forged one, another user's), and its answer.
@@ -106,6 +110,23 @@ pub fn check(
                     "a claim of {} with {} was processed ({}), not refused 403 not_admitted",
                     c.user, c.how, c.status
                 ),
+                Vec::new(),
+            ));
+        }
+    }
+    for s in seen {
+        if s.ticket_refused {
+            out.push(room_violation(
+                format!(
+                    "{}'s claim with the ticket the room gave it was refused",
+                    s.user
+                ),
+                Vec::new(),
+            ));
+        }
+        if let Some(what) = &s.answer_changed {
+            out.push(room_violation(
+                format!("{}'s admission changed once told: {what}", s.user),
                 Vec::new(),
             ));
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
@@ -27,6 +28,14 @@ pub struct UserRun {
     pub at: Instant,
     pub cheat: bool,
     pub seed: u64,
+}
+
+/// An answer about a user's place.
+struct Placed {
+    answer: RoomAnswer,
+    sent: Instant,
+    sent_at: DateTime<Utc>,
+    answered: Instant,
 }
 
 /// What one user did.
@@ -100,21 +109,27 @@ impl Shared {
     }
 
     /// Sends one request within the in-flight limit; the latency goes to `which`, an answer
-    /// other than 200 to the refusals unless `refusal_expected`. `None`: no answer (counted as
-    /// a transport error).
+    /// other than 200 to the refusals unless `refusal_expected`. `None`: no whole answer
+    /// (counted as a transport error). `first` is set to when the request left, unless set:
+    /// a retried join may have been placed by its first try.
     async fn send(
         &self,
         req: RequestBuilder,
         which: Which,
         refusal_expected: bool,
+        first: &mut Option<(Instant, DateTime<Utc>)>,
     ) -> Option<(StatusCode, Value, Instant, Instant)> {
         let _slot = self.slots.acquire().await.ok()?;
         let sent = Instant::now();
+        first.get_or_insert((sent, Utc::now()));
         let answer = async {
             let resp = req.timeout(self.timeout).send().await?;
             let status = resp.status();
-            let body = resp.json::<Value>().await.unwrap_or(Value::Null);
-            Ok::<_, reqwest::Error>((status, body))
+            let bytes = resp.bytes().await?;
+            Ok::<_, reqwest::Error>((
+                status,
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ))
         }
         .await;
         let answered = Instant::now();
@@ -136,14 +151,11 @@ impl Shared {
         }
     }
 
-    /// A join or a read of the place, retried with backoff while it fails.
-    async fn place(
-        &self,
-        client: &Client,
-        user: &str,
-        join: bool,
-    ) -> Option<(RoomAnswer, Instant, Instant)> {
+    /// A join or a read of the place, retried with backoff while it fails; with when its
+    /// first try left and when the last was answered.
+    async fn place(&self, client: &Client, user: &str, join: bool) -> Option<Placed> {
         let mut pause = Duration::from_millis(100);
+        let mut first = None;
         for _ in 0..ATTEMPTS {
             let (req, which): (_, Which) = if join {
                 let path = format!("/v1/campaigns/{}/queue", self.campaign);
@@ -158,10 +170,16 @@ impl Shared {
                 let path = format!("/v1/campaigns/{}/queue/{user}", self.campaign);
                 (client.http().get(client.url(&path)), |t| &mut t.status)
             };
-            if let Some((StatusCode::OK, body, sent, answered)) = self.send(req, which, false).await
+            if let Some((StatusCode::OK, body, _, answered)) =
+                self.send(req, which, false, &mut first).await
             {
-                if let Ok(a) = serde_json::from_value(body) {
-                    return Some((a, sent, answered));
+                if let (Ok(answer), Some((sent, sent_at))) = (serde_json::from_value(body), first) {
+                    return Some(Placed {
+                        answer,
+                        sent,
+                        sent_at,
+                        answered,
+                    });
                 }
             }
             tokio::time::sleep(pause).await;
@@ -186,7 +204,8 @@ impl Shared {
         if let Some(t) = ticket {
             req = req.header("x-seckill-ticket", t);
         }
-        self.send(req, |t| &mut t.claim, refusal_expected).await
+        self.send(req, |t| &mut t.claim, refusal_expected, &mut None)
+            .await
     }
 
     /// A claim that must be refused: its answer is kept for the checker.
@@ -215,17 +234,20 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         user: run.user.clone(),
         join_sent: Instant::now(),
         join_answered: Instant::now(),
-        join_sent_at: chrono::Utc::now(),
+        join_sent_at: Utc::now(),
         prequeue: false,
         admitted_at: None,
         room_sold_out: false,
+        ticket_refused: false,
+        answer_changed: None,
     };
-    seen.join_sent_at = chrono::Utc::now();
-    let Some((mut answer, sent, answered)) = sh.place(&client, user, true).await else {
+    let Some(joined) = sh.place(&client, user, true).await else {
         sh.tally.lock().gave_up += 1;
         return UserDone { seen, win: None };
     };
-    (seen.join_sent, seen.join_answered) = (sent, answered);
+    let mut answer = joined.answer;
+    (seen.join_sent, seen.join_sent_at, seen.join_answered) =
+        (joined.sent, joined.sent_at, joined.answered);
     seen.prequeue = matches!(answer, RoomAnswer::Prequeue { .. });
     if run.cheat {
         sh.cheat(&client, user, "no ticket", None).await;
@@ -268,7 +290,7 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         };
         tokio::time::sleep(pause).await;
         match sh.place(&client, user, false).await {
-            Some((a, _, _)) => answer = a,
+            Some(p) => answer = p.answer,
             None => {
                 sh.tally.lock().gave_up += 1;
                 return UserDone { seen, win: None };
@@ -283,23 +305,39 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         }
     }
     *sh.last_ticket.lock() = Some((run.user.clone(), ticket.clone()));
-    let win = claim(&sh, &client, user, &ticket).await;
+    let admitted = answer;
+    let win = claim(&sh, &client, user, &ticket, &mut seen).await;
+    // Once told, an admission never changes: read it once more after the claim.
+    if let Some(again) = sh.place(&client, user, false).await {
+        if again.answer != admitted {
+            seen.answer_changed = Some(format!("{admitted:?}, then {:?}", again.answer));
+        }
+    }
     UserDone { seen, win }
 }
 
 /// The one real claim of an admitted user.
-async fn claim(sh: &Shared, client: &Client, user: &str, ticket: &str) -> Option<Win> {
+async fn claim(
+    sh: &Shared,
+    client: &Client,
+    user: &str,
+    ticket: &str,
+    seen: &mut Seen,
+) -> Option<Win> {
     let Some((status, body, sent, answered)) = sh.claim(client, user, Some(ticket), false).await
     else {
         sh.tally.lock().unanswered_claims += 1;
         return None;
     };
+    seen.ticket_refused =
+        status == StatusCode::FORBIDDEN && body["error"]["code"] == "not_admitted";
     let answer = (status == StatusCode::OK)
         .then(|| serde_json::from_value::<ClaimAnswer>(body).ok())
         .flatten();
     let mut t = sh.tally.lock();
     let Some(a) = answer else {
-        if status.is_server_error() {
+        // A 200 that says nothing readable may have won, like a 5xx.
+        if status.is_server_error() || status == StatusCode::OK {
             t.unanswered_claims += 1;
         }
         return None;

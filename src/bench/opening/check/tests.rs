@@ -35,6 +35,8 @@ fn fair() -> (Room, Vec<Seen>) {
             prequeue: true,
             admitted_at: Some(starts + TimeDelta::milliseconds(slot * spacing)),
             room_sold_out: false,
+            ticket_refused: false,
+            answer_changed: None,
         });
     }
     for i in 0..50 {
@@ -47,6 +49,8 @@ fn fair() -> (Room, Vec<Seen>) {
             prequeue: false,
             admitted_at: Some(starts + TimeDelta::milliseconds((200 + i as i64) * spacing)),
             room_sold_out: false,
+            ticket_refused: false,
+            answer_changed: None,
         });
     }
     (room(starts), seen)
@@ -105,6 +109,8 @@ fn every_broken_promise_is_named() {
     seen[0].admitted_at = Some(room.starts_at - TimeDelta::milliseconds(5));
     // A later joiner admitted before the pre-queue is through, 101 in the first second.
     seen[200].admitted_at = Some(room.starts_at + TimeDelta::milliseconds(500));
+    seen[5].ticket_refused = true;
+    seen[6].answer_changed = Some("admitted at 1, then admitted at 2".into());
     // A later joiner admitted ahead of earlier joiners.
     seen[240].admitted_at = Some(room.starts_at + TimeDelta::milliseconds(1995));
     let orders = vec![
@@ -130,6 +136,8 @@ fn every_broken_promise_is_named() {
         "above the rate of 100",
         "before a pre-queue user",
         "joined after an earlier joiner was answered",
+        "p5's claim with the ticket the room gave it was refused",
+        "p6's admission changed once told",
     ] {
         assert!(all.contains(part), "{part:?} missing from: {all}");
     }
