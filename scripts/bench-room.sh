@@ -9,6 +9,9 @@
 # usage: scripts/bench-room.sh                     (embedded, one server)
 #        BENCH_DEPLOY=scale-out scripts/bench-room.sh   (two instances, a fresh redis-server
 #                                                   with AOF everysec, a throwaway PostgreSQL)
+#        BENCH_DEPLOY=scale-out BENCH_REPLICA=1 scripts/bench-room.sh   (the same with a replica
+#                                                   redis-server and --redis-wait-replicas 1:
+#                                                   every join waits for the replica)
 # knobs: BENCH_USERS, BENCH_RATE (admissions/s, default 5000), BENCH_PREQUEUE, BENCH_CONNECTIONS
 #        (requests in flight, default 256)
 # needs: curl, python3; scale-out also redis-server, redis-cli and PostgreSQL's binaries
@@ -62,9 +65,19 @@ else
     as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -o "-p $PGPORT -k $WORK -c listen_addresses=127.0.0.1" -w start >/dev/null
     as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U postgres bench
     until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do sleep 0.1; done
+    WAIT_ARGS=()
+    if [ "${BENCH_REPLICA:-0}" = 1 ]; then
+        REPPORT=$(free_port)
+        mkdir -p "$WORK/replica"
+        redis-server --port "$REPPORT" --bind 127.0.0.1 --dir "$WORK/replica" --save '' \
+            --replicaof 127.0.0.1 "$RPORT" >"$WORK/replica.log" &
+        PIDS+=($!)
+        until redis-cli -p "$RPORT" info replication | grep -q 'state=online'; do sleep 0.1; done
+        WAIT_ARGS=(--redis-wait-replicas 1)
+    fi
     for _ in 1 2; do
         serve "$(free_port)" --redis "redis://127.0.0.1:$RPORT" \
-            --postgres "postgres://postgres@127.0.0.1:$PGPORT/bench"
+            --postgres "postgres://postgres@127.0.0.1:$PGPORT/bench" "${WAIT_ARGS[@]}"
     done
 fi
 for u in "${URLS[@]}"; do
