@@ -217,23 +217,12 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
         if opts.campaign.is_none() {
             violations.extend(probe::bad_input(&client, &campaign).await?);
         }
-        Some(report::Verification {
-            drained: drained.settled,
-            drain_seconds: drained.waited.as_secs_f64(),
-            ledger_reads: drained.reads,
-            orders: drained.orders.len(),
-            active_units: drained
-                .orders
-                .iter()
-                .filter(|o| o.state.is_live())
-                .map(|o| o.qty)
-                .sum(),
-            total: drained.view.total,
-            remaining: drained.view.remaining,
-            under_sell_checked: sold_out_seen,
+        Some(report::Verification::of(
+            &drained,
+            sold_out_seen,
             holds,
             violations,
-        })
+        ))
     } else {
         None
     };

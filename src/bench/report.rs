@@ -148,6 +148,32 @@ pub struct BenchReport {
 }
 
 impl Verification {
+    /// What the verifier read (`drained`) and found.
+    pub fn of(
+        drained: &super::drain::Drained,
+        under_sell_checked: bool,
+        holds: Option<super::payer::HoldsSummary>,
+        violations: Vec<Violation>,
+    ) -> Self {
+        Self {
+            drained: drained.settled,
+            drain_seconds: drained.waited.as_secs_f64(),
+            ledger_reads: drained.reads,
+            orders: drained.orders.len(),
+            active_units: drained
+                .orders
+                .iter()
+                .filter(|o| o.state.is_live())
+                .map(|o| o.qty)
+                .sum(),
+            total: drained.view.total,
+            remaining: drained.view.remaining,
+            under_sell_checked,
+            holds,
+            violations,
+        }
+    }
+
     /// "ledger drained after 1.20s (3 reads): 10 orders, …": what the verifier read, as the text
     /// and HTML reports both say it.
     pub fn ledger_summary(&self) -> String {

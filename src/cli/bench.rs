@@ -14,32 +14,41 @@ use crate::bench::{self, BenchOpts};
 pub async fn run(opts: BenchOpts) -> anyhow::Result<ExitCode> {
     if opts.scenario == bench::ScenarioName::Opening {
         let report = bench::opening::run(&opts).await?;
-        let mut out = std::io::stdout().lock();
-        if opts.json {
-            report.write_json(&mut out)?;
-        } else {
-            report.write_text(&mut out)?;
-        }
-        out.flush()?;
-        return Ok(if report.clean() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(2)
-        });
+        return print(
+            report.clean(),
+            |out| report.write_json(out),
+            |out| report.write_text(out),
+            opts.json,
+        );
     }
     let report = bench::run(&opts).await?;
     if let Some(path) = &opts.html {
         std::fs::write(path, bench::html::render(&report))
             .with_context(|| format!("writing the HTML report to {}", path.display()))?;
     }
+    print(
+        report.clean(),
+        |out| report.write_json(out),
+        |out| report.write_text(out),
+        opts.json,
+    )
+}
+
+/// Prints a report as JSON or text; the exit status says whether it was clean.
+fn print(
+    clean: bool,
+    json: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    text: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    if opts.json {
-        report.write_json(&mut out)?;
+    if as_json {
+        json(&mut out)?;
     } else {
-        report.write_text(&mut out)?;
+        text(&mut out)?;
     }
     out.flush()?;
-    Ok(if report.clean() {
+    Ok(if clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)

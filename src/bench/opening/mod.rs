@@ -152,7 +152,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
         admit_per_second: params.admit_per_second,
         shuffle: true,
     };
-    let verification = if opts.no_verify {
+    let (verification, fairness, room_violations) = if opts.no_verify {
         let (violations, fairness) = check::check(&room, &seen, &tally.cheats, &[]);
         (None, fairness, violations)
     } else {
@@ -166,6 +166,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
         )
         .await?;
         let none = HashSet::new();
+        let sold_out_seen = tally.claims_sold_out > 0 || seen.iter().any(|s| s.room_sold_out);
         let mut violations = verify::check(&Evidence {
             view: &drained.view,
             orders: &drained.orders,
@@ -175,33 +176,16 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
             keyed_uncertain: &[],
             unanswered: tally.unanswered_claims,
             exclusive: true,
-            sold_out_seen: tally.claims_sold_out > 0 || seen.iter().any(|s| s.room_sold_out),
+            sold_out_seen,
             cancelled_by_bench: &none,
         });
         violations.extend(feed::check(&admin, &campaign, &drained.orders, &none).await?);
         let (room_violations, fairness) =
             check::check(&room, &seen, &tally.cheats, &drained.orders);
         violations.extend(room_violations);
-        let v = Verification {
-            drained: drained.settled,
-            drain_seconds: drained.waited.as_secs_f64(),
-            ledger_reads: drained.reads,
-            orders: drained.orders.len(),
-            active_units: drained
-                .orders
-                .iter()
-                .filter(|o| o.state.is_live())
-                .map(|o| o.qty)
-                .sum(),
-            total: drained.view.total,
-            remaining: drained.view.remaining,
-            under_sell_checked: tally.claims_sold_out > 0,
-            holds: None,
-            violations,
-        };
+        let v = Verification::of(&drained, sold_out_seen, None, violations);
         (Some(v), fairness, Vec::new())
     };
-    let (verification, fairness, room_violations) = verification;
     Ok(OpeningReport::new(
         opts.url.clone(),
         campaign,

@@ -27,7 +27,7 @@ async fn confirm(c: &Client, id: &str) -> (u16, serde_json::Value) {
     (s.as_u16(), body)
 }
 
-pub(super) fn replicas_of(port: u16) -> String {
+fn replicas_of(port: u16) -> String {
     redis_raw(port, "INFO replication").unwrap_or_default()
 }
 
@@ -36,6 +36,18 @@ pub(super) async fn replicas_online(port: u16, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while replicas_of(port).matches("state=online").count() < n {
         assert!(Instant::now() < deadline, "{n} replicas never came online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the primary lists no replica any more.
+pub(super) async fn replica_gone(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replicas_of(port).contains("connected_slaves:0") {
+        assert!(
+            Instant::now() < deadline,
+            "the primary still lists its replica"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -100,14 +112,7 @@ async fn without_a_replica_nothing_is_sold_or_confirmed() {
     replicas_online(redis.primary.port, 1).await;
 
     tokio::task::block_in_place(|| redis.replica.kill_9());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !replicas_of(redis.primary.port).contains("connected_slaves:0") {
-        assert!(
-            Instant::now() < deadline,
-            "the primary still lists its replica"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    replica_gone(redis.primary.port).await;
     for i in 0..40 {
         match c.claim("w", &format!("u{i}"), 1, None).await.unwrap() {
             ClaimReply::Refused(s, body) => {
