@@ -53,6 +53,9 @@ async fn seed002_shape_with_repeat_clickers_and_events() {
     o.clicks = Some(2);
     o.requests = Some(3_000);
     o.connections = Some(16);
+    // At a fixed rate the storm lasts 3 s however fast a paused campaign answers, so every
+    // event is reached even when admin calls are slow on a loaded machine.
+    o.rate = Some(1_000.0);
     o.events = ["20%:cancel=5", "40%:pause", "50%:resume", "60%:restock=20"]
         .iter()
         .map(|e| e.parse().unwrap())
