@@ -4,8 +4,12 @@
 //!
 //! What survives what: the room is Redis data like the gate's stock, kept by the same
 //! persistence (AOF) and replicas; with `--redis-wait-replicas` a join is answered only once
-//! that many replicas have it, like a claim, so a failover cannot take back a place that was
-//! told. A ticket once issued needs nothing from Redis at all (docs/WAITING_ROOM.md, "What is
+//! that many replicas have it, like a claim, and a status read tells a place only once
+//! replicas are known to have it and the pre-queue's freeze it rests on, so a failover cannot
+//! take back a place that was told. A place is known to be on the replicas once a `WAIT` after
+//! a step that read it succeeded: the step's answer names what it rested on, and a `mark`
+//! records it in the room, so reads of confirmed places (nearly all of them) do not wait. A
+//! ticket once issued needs nothing from Redis at all (docs/WAITING_ROOM.md, "What is
 //! durable").
 
 use std::sync::Arc;
@@ -31,9 +35,23 @@ pub struct RedisRooms {
 
 /// What one script call found.
 enum Step {
-    Found(Option<Place>),
+    Found(Option<Place>, Unconfirmed),
     /// The campaign is not in the gate.
     Missing,
+}
+
+/// What a place told rests on that no replica is known to have (`room.lua`'s `q` and `slot`,
+/// empty when known): the pre-queue's freeze of size `q`, a later joiner's `slot`.
+#[derive(Debug, Default)]
+struct Unconfirmed {
+    q: String,
+    slot: String,
+}
+
+impl Unconfirmed {
+    fn is_empty(&self) -> bool {
+        self.q.is_empty() && self.slot.is_empty()
+    }
 }
 
 impl RedisRooms {
@@ -55,17 +73,17 @@ impl RedisRooms {
         op: &str,
         user: &str,
         score: u64,
-    ) -> Result<Option<Place>, Error> {
-        if let Step::Found(p) = self.once(def, op, user, score).await? {
-            return Ok(p);
+    ) -> Result<(Option<Place>, Unconfirmed), Error> {
+        if let Step::Found(p, u) = self.once(def, op, user, score).await? {
+            return Ok((p, u));
         }
         let view = self.backend.campaign(&def.campaign).await?;
         let now = crate::domain::now();
         if view.status == Status::Closed || view.ends_at.is_some_and(|e| now >= e) {
-            return Ok(Some(Place::SoldOut));
+            return Ok((Some(Place::SoldOut), Unconfirmed::default()));
         }
         match self.once(def, op, user, score).await? {
-            Step::Found(p) => Ok(p),
+            Step::Found(p, u) => Ok((p, u)),
             Step::Missing => Err(Error::Unavailable(format!(
                 "campaign '{}' is not in the gate yet; retry shortly",
                 def.campaign
@@ -79,7 +97,7 @@ impl RedisRooms {
         def: &RoomDef,
         op: &str,
         user: &str,
-        score: &str,
+        [arg3, arg4]: [&str; 2],
         context: &str,
     ) -> Result<Vec<redis::Value>, Error> {
         let tag = format!("{{c:{}}}", def.campaign);
@@ -90,8 +108,8 @@ impl RedisRooms {
             .key(format!("{tag}:room"))
             .arg(op)
             .arg(user)
-            .arg(def.spacing())
-            .arg(score);
+            .arg(arg3)
+            .arg(arg4);
         inv.invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::unavailable(context, e))
@@ -108,7 +126,7 @@ impl RedisRooms {
                 def,
                 op,
                 user,
-                &score,
+                [&def.spacing().to_string(), &score],
                 "the waiting room could not be reached in Redis",
             )
             .await?;
@@ -125,19 +143,37 @@ impl RedisRooms {
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))
         };
+        let mut unconfirmed = Unconfirmed::default();
         let place = match word(0).as_deref() {
-            Some("line") => Place::Line {
-                admit_at: num(1)?,
-                ahead: num(2)?.max(0) as u64,
-                now: num(3)?,
-            },
+            Some("line") => {
+                unconfirmed.q = word(4).unwrap_or_default();
+                unconfirmed.slot = word(5).unwrap_or_default();
+                Place::Line {
+                    admit_at: num(1)?,
+                    ahead: num(2)?.max(0) as u64,
+                    now: num(3)?,
+                }
+            }
             Some("prequeue") => Place::Prequeue,
             Some("sold_out") => Place::SoldOut,
-            Some("unknown") => return Ok(Step::Found(None)),
+            Some("unknown") => return Ok(Step::Found(None, unconfirmed)),
             Some("missing") => return Ok(Step::Missing),
             _ => return Err(Error::Unavailable("a malformed waiting room reply".into())),
         };
-        Ok(Step::Found(Some(place)))
+        Ok(Step::Found(Some(place), unconfirmed))
+    }
+
+    /// Records that replicas have what `u` names (after a `WAIT` that followed the step which
+    /// named it), so later reads of it need not wait. A mark lost (an error, a failover) only
+    /// makes a later read wait again.
+    async fn mark(&self, def: &RoomDef, user: &str, u: &Unconfirmed) {
+        if u.is_empty() {
+            return;
+        }
+        let context = "marking a waiting room place as replicated failed";
+        if let Err(e) = self.call(def, "mark", user, [&u.slot, &u.q], context).await {
+            tracing::debug!(error = %e, campaign = %def.campaign, "{context}");
+        }
     }
 }
 
@@ -145,10 +181,9 @@ impl RedisRooms {
 impl RoomStore for RedisRooms {
     async fn join(&self, def: &RoomDef, user: &str, score: u64) -> Result<Place, Error> {
         let before = WaitReplicas::before(&self.conn);
-        let place = self
-            .step(def, "join", user, score)
-            .await?
-            .ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))?;
+        let (place, unconfirmed) = self.step(def, "join", user, score).await?;
+        let place =
+            place.ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))?;
         // Every join waits, a repeated one too: its first answer may have been this 503.
         if let Some(wait) = &self.wait {
             wait.confirm(&self.conn, before).await.map_err(|e| {
@@ -157,12 +192,26 @@ impl RoomStore for RedisRooms {
                      or may not survive a failover: join again, it answers the user's place"
                 ))
             })?;
+            self.mark(def, user, &unconfirmed).await;
         }
         Ok(place)
     }
 
+    /// Tells a place once replicas are known to have it: a read of a place no replica is
+    /// known to have (a join answered 503, a freeze just written) waits as a join does.
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {
-        self.step(def, "status", user, 0).await
+        let before = WaitReplicas::before(&self.conn);
+        let (place, unconfirmed) = self.step(def, "status", user, 0).await?;
+        if let (Some(wait), false) = (&self.wait, unconfirmed.is_empty()) {
+            wait.confirm(&self.conn, before).await.map_err(|e| {
+                Error::Unavailable(format!(
+                    "the place of '{user}' is not on a Redis replica yet ({e:#}); read it again \
+                     shortly"
+                ))
+            })?;
+            self.mark(def, user, &unconfirmed).await;
+        }
+        Ok(place)
     }
 
     async fn stats(&self, def: &RoomDef) -> Result<Stats, Error> {
@@ -171,7 +220,7 @@ impl RoomStore for RedisRooms {
                 def,
                 "stats",
                 "",
-                "",
+                [&def.spacing().to_string(), ""],
                 "reading a waiting room from Redis failed",
             )
             .await?;

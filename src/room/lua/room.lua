@@ -8,15 +8,34 @@
 -- KEYS[2] {c:<id>}:room:pre   zset   pre-queue: user by shuffle score (or join number)
 -- KEYS[3] {c:<id>}:room:late  zset   later joiners: user by slot (µs)
 -- KEYS[4] {c:<id>}:room       hash   q (size of the frozen pre-queue), tail (last slot given),
---                                    seq (join numbers of an unshuffled pre-queue)
--- ARGV[1] 'join' | 'status' | 'stats'
+--                                    seq (join numbers of an unshuffled pre-queue), and with
+--                                    --redis-wait-replicas: fq (the q replicas are known to
+--                                    have), ft (the latest later joiner's slot they have)
+-- ARGV[1] 'join' | 'status' | 'stats' | 'mark'
 -- ARGV[2] user id
--- ARGV[3] spacing in µs
+-- ARGV[3] spacing in µs ('mark': the slot confirmed, or '')
 -- ARGV[4] shuffle score (decimal, < 2^48) or '' to queue the pre-queue in join order
+--         ('mark': the q confirmed)
 --
--- Returns {'line', admit_at, ahead, now} | {'prequeue'} | {'sold_out'} | {'unknown'} (status
--- of a user who never joined) | {'missing'} (no such campaign in the gate); 'stats' returns
--- {'stats', joined, admitted, tail or '', now}.
+-- Returns {'line', admit_at, ahead, now, q, slot} | {'prequeue'} | {'sold_out'} | {'unknown'}
+-- (status of a user who never joined) | {'missing'} (no such campaign in the gate); q and
+-- slot are what a replica must have before the place is told (src/room/redis.rs), '' when a
+-- replica is known to have it: q for the pre-queue's freeze, slot for a later joiner's place.
+-- 'stats' returns {'stats', joined, admitted, tail or '', now}; 'mark' records, after a WAIT,
+-- that replicas have the freeze of size ARGV[4] and the place of ARGV[2] at slot ARGV[3] —
+-- only if this server holds them (after a failover it may not), and returns {'marked'}.
+
+if ARGV[1] == 'mark' then
+  local q, a = ARGV[4], ARGV[3]
+  if q ~= '' and redis.call('HGET', KEYS[4], 'q') == q then
+    redis.call('HSET', KEYS[4], 'fq', q)
+  end
+  if a ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[2]) == a then
+    local ft = redis.call('HGET', KEYS[4], 'ft')
+    if not ft or tonumber(ft) < tonumber(a) then redis.call('HSET', KEYS[4], 'ft', a) end
+  end
+  return {'marked'}
+end
 
 local m = redis.call('HMGET', KEYS[1], 'status', 'remaining', 'starts', 'ends')
 if not m[1] then return {'missing'} end
@@ -48,16 +67,31 @@ local function admitted_pre(q)
   return math.min(q, math.floor((now - starts) / sp) + 1)
 end
 
+-- What a replica must have before a place resting on the freeze of q (and, for a later
+-- joiner, on its slot s) is told: a slot up to the latest one confirmed was given before it.
+local function unconfirmed(q, s)
+  local fq, sq = redis.call('HGET', KEYS[4], 'fq'), int(q)
+  if fq == sq then sq = '' end
+  if not s then return sq, '' end
+  local ft = redis.call('HGET', KEYS[4], 'ft')
+  if ft and tonumber(ft) >= tonumber(s) then return sq, '' end
+  return sq, s
+end
+local function line(a, ahead, q, s)
+  local uq, us = unconfirmed(q, s)
+  return {'line', int(a), ahead, int(now), uq, us}
+end
+
 local function place()
   local s = redis.call('ZSCORE', KEYS[3], user)
   if s then
     local a = tonumber(s)
-    if a <= now then return {'line', int(a), 0, int(now)} end
+    if a <= now then return line(a, 0, freeze(), s) end
     if sold then return {'sold_out'} end
     local q = freeze()
     local ahead = (q - admitted_pre(q))
       + redis.call('ZCOUNT', KEYS[3], '(' .. int(now), '(' .. int(a))
-    return {'line', int(a), ahead, int(now)}
+    return line(a, ahead, q, s)
   end
   local r = redis.call('ZRANK', KEYS[2], user)
   if not r then return nil end
@@ -66,9 +100,9 @@ local function place()
   local rank = r + 1
   local a = starts + (rank - 1) * sp
   local adm = admitted_pre(q)
-  if rank <= adm then return {'line', int(a), 0, int(now)} end
+  if rank <= adm then return line(a, 0, q, nil) end
   if sold then return {'sold_out'} end
-  return {'line', int(a), rank - 1 - adm, int(now)}
+  return line(a, rank - 1 - adm, q, nil)
 end
 
 if ARGV[1] == 'stats' then

@@ -1,7 +1,8 @@
 //! `--redis-wait-replicas` covers the waiting room's joins as it covers claims: a place is
 //! told only once a replica has it, so a failover cannot take back a place that was told.
 //! Without a replica a join answers 503 "outcome unknown" (the place may stay on the
-//! primary); joining again once the replica is back answers the place.
+//! primary); joining again once the replica is back answers the place. A status read tells a
+//! place only once a replica is known to have it and the pre-queue's freeze it rests on.
 
 use std::time::{Duration, Instant};
 
@@ -13,10 +14,24 @@ use super::replica_waits::{replica_gone, replicas_online, serve_waiting_for_one}
 use crate::servers::SentinelSetup;
 
 async fn join(c: &Client, user: &str) -> (u16, Value) {
+    join_in(c, "r", user).await
+}
+
+async fn join_in(c: &Client, campaign: &str, user: &str) -> (u16, Value) {
     let r = c
         .http()
-        .post(c.url("/v1/campaigns/r/queue"))
+        .post(c.url(&format!("/v1/campaigns/{campaign}/queue")))
         .json(&json!({"user_id": user}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+async fn status(c: &Client, campaign: &str, user: &str) -> (u16, Value) {
+    let r = c
+        .http()
+        .get(c.url(&format!("/v1/campaigns/{campaign}/queue/{user}")))
         .send()
         .await
         .unwrap();
@@ -38,6 +53,14 @@ async fn without_a_replica_no_place_is_told() {
         (200, Some("admitted")),
         "{first}"
     );
+    // A second room, its pre-queue drawn once the replica is gone.
+    let starts = chrono::Utc::now() + chrono::TimeDelta::seconds(2);
+    c.create_campaign(&json!({"id": "p", "stock": 10, "starts_at": starts,
+        "waiting_room": {"admit_per_second": 1}}))
+        .await
+        .unwrap();
+    let (s, early) = join_in(&c, "p", "early").await;
+    assert_eq!((s, early["state"].as_str()), (200, Some("prequeue")));
 
     tokio::task::block_in_place(|| redis.replica.kill_9());
     replica_gone(redis.primary.port).await;
@@ -52,14 +75,26 @@ async fn without_a_replica_no_place_is_told() {
             "{body}"
         );
     }
-    // Reads do not wait: the place told before the replica went is still told.
-    let r = c
-        .http()
-        .get(c.url("/v1/campaigns/r/queue/first"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    // A place a replica is known to have is read without waiting; one it may lack is not told.
+    let (s, read) = status(&c, "r", "first").await;
+    assert_eq!((s, &read["ticket"]), (200, &first["ticket"]), "{read}");
+    let (s, read) = status(&c, "r", "second").await;
+    assert_eq!(
+        s, 503,
+        "second's place told before a replica has it: {read}"
+    );
+    assert!(
+        read["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("read it again")),
+        "{read}"
+    );
+    // Nor a pre-queue place drawn by a freeze no replica has.
+    while chrono::Utc::now() < starts {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (s, read) = status(&c, "p", "early").await;
+    assert_eq!(s, 503, "a place drawn without a replica told: {read}");
 
     tokio::task::block_in_place(|| redis.replica.start_again());
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -85,5 +120,13 @@ async fn without_a_replica_no_place_is_told() {
     );
     let (s, again) = join(&c, "second").await;
     assert_eq!((s, &again["ticket"]), (200, &second["ticket"]), "{again}");
+    let (s, read) = status(&c, "r", "second").await;
+    assert_eq!((s, &read["ticket"]), (200, &second["ticket"]), "{read}");
+    let (s, read) = status(&c, "p", "early").await;
+    assert_eq!(
+        (s, read["state"].as_str()),
+        (200, Some("admitted")),
+        "{read}"
+    );
     server.stop().await.unwrap();
 }
