@@ -21,7 +21,7 @@ use super::schedule::Place;
 use super::{RoomDef, RoomStore, Stats};
 use crate::domain::{Error, Status};
 use crate::engine::backend::Backend;
-use crate::engine::scale_out::WaitReplicas;
+use crate::engine::scale_out::{SharedWait, WaitReplicas};
 use crate::redis_conn::RedisConn;
 
 pub struct RedisRooms {
@@ -29,8 +29,9 @@ pub struct RedisRooms {
     script: Script,
     /// The engine, to bring back a campaign Redis lost (or learn it is over for good).
     backend: Arc<dyn Backend>,
-    /// `--redis-wait-replicas`: a join is answered once these replicas have it.
-    wait: Option<WaitReplicas>,
+    /// `--redis-wait-replicas`: a join is answered once these replicas have it (one `WAIT`
+    /// for all the joins and reads queued before it).
+    wait: Option<SharedWait>,
 }
 
 /// What one script call found.
@@ -40,27 +41,29 @@ enum Step {
     Missing,
 }
 
-/// What a place told rests on that no replica is known to have (`room.lua`'s `q` and `slot`,
-/// empty when known): the pre-queue's freeze of size `q`, a later joiner's `slot`.
+/// What an answer rests on that no replica is known to have (`room.lua`'s `q`, `slot` and `n`,
+/// empty when known): the pre-queue's freeze of size `q`, a later joiner's `slot`, a
+/// pre-queue of `pre` members.
 #[derive(Debug, Default)]
 struct Unconfirmed {
     q: String,
     slot: String,
+    pre: String,
 }
 
 impl Unconfirmed {
     fn is_empty(&self) -> bool {
-        self.q.is_empty() && self.slot.is_empty()
+        self.q.is_empty() && self.slot.is_empty() && self.pre.is_empty()
     }
 }
 
 impl RedisRooms {
     pub fn new(conn: RedisConn, backend: Arc<dyn Backend>, wait: Option<WaitReplicas>) -> Self {
         Self {
-            conn,
             script: Script::new(include_str!("lua/room.lua")),
             backend,
-            wait,
+            wait: wait.map(|w| SharedWait::start(w, conn.clone())),
+            conn,
         }
     }
 
@@ -97,7 +100,7 @@ impl RedisRooms {
         def: &RoomDef,
         op: &str,
         user: &str,
-        [arg3, arg4]: [&str; 2],
+        args: &[&str],
         context: &str,
     ) -> Result<Vec<redis::Value>, Error> {
         let tag = format!("{{c:{}}}", def.campaign);
@@ -108,8 +111,7 @@ impl RedisRooms {
             .key(format!("{tag}:room"))
             .arg(op)
             .arg(user)
-            .arg(arg3)
-            .arg(arg4);
+            .arg(args);
         inv.invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| Error::unavailable(context, e))
@@ -126,7 +128,7 @@ impl RedisRooms {
                 def,
                 op,
                 user,
-                [&def.spacing().to_string(), &score],
+                &[&def.spacing().to_string(), &score],
                 "the waiting room could not be reached in Redis",
             )
             .await?;
@@ -154,7 +156,10 @@ impl RedisRooms {
                     now: num(3)?,
                 }
             }
-            Some("prequeue") => Place::Prequeue,
+            Some("prequeue") => {
+                unconfirmed.pre = word(1).unwrap_or_default();
+                Place::Prequeue
+            }
             Some("sold_out") => Place::SoldOut,
             Some("unknown") => return Ok(Step::Found(None, unconfirmed)),
             Some("missing") => return Ok(Step::Missing),
@@ -171,7 +176,10 @@ impl RedisRooms {
             return;
         }
         let context = "marking a waiting room place as replicated failed";
-        if let Err(e) = self.call(def, "mark", user, [&u.slot, &u.q], context).await {
+        if let Err(e) = self
+            .call(def, "mark", user, &[&u.slot, &u.q, &u.pre], context)
+            .await
+        {
             tracing::debug!(error = %e, campaign = %def.campaign, "{context}");
         }
     }
@@ -186,7 +194,7 @@ impl RoomStore for RedisRooms {
             place.ok_or_else(|| Error::Unavailable("a malformed waiting room reply".into()))?;
         // Every join waits, a repeated one too: its first answer may have been this 503.
         if let Some(wait) = &self.wait {
-            wait.confirm(&self.conn, before).await.map_err(|e| {
+            wait.confirm(before).await.map_err(|e| {
                 Error::OutcomeUnknown(format!(
                     "the join of '{user}' is not on a Redis replica yet ({e:#}); its place may \
                      or may not survive a failover: join again, it answers the user's place"
@@ -203,7 +211,7 @@ impl RoomStore for RedisRooms {
         let before = WaitReplicas::before(&self.conn);
         let (place, unconfirmed) = self.step(def, "status", user, 0).await?;
         if let (Some(wait), false) = (&self.wait, unconfirmed.is_empty()) {
-            wait.confirm(&self.conn, before).await.map_err(|e| {
+            wait.confirm(before).await.map_err(|e| {
                 Error::Unavailable(format!(
                     "the place of '{user}' is not on a Redis replica yet ({e:#}); read it again \
                      shortly"
@@ -220,7 +228,7 @@ impl RoomStore for RedisRooms {
                 def,
                 "stats",
                 "",
-                [&def.spacing().to_string(), ""],
+                &[&def.spacing().to_string(), ""],
                 "reading a waiting room from Redis failed",
             )
             .await?;

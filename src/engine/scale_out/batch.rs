@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod replicas;
+pub mod shared_wait;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Semaphore};

@@ -59,7 +59,9 @@ use async_trait::async_trait;
 pub use crate::redis_conn::link::{surely_not_executed, Health};
 pub use crate::redis_conn::{RedisConn, RedisTarget};
 pub use admin::{gate_state, rebuild_from_ledger};
-pub use batch::{replicas::WaitReplicas, BatchClaim, BatchOptions, Batcher};
+pub use batch::{
+    replicas::WaitReplicas, shared_wait::SharedWait, BatchClaim, BatchOptions, Batcher,
+};
 pub use held::order_of_record;
 pub use holds::Expired;
 pub use keys::{campaign_of_stream, Keys, GROUP};

@@ -10,20 +10,24 @@
 -- KEYS[4] {c:<id>}:room       hash   q (size of the frozen pre-queue), tail (last slot given),
 --                                    seq (join numbers of an unshuffled pre-queue), and with
 --                                    --redis-wait-replicas: fq (the q replicas are known to
---                                    have), ft (the latest later joiner's slot they have)
+--                                    have), ft (the latest later joiner's slot they have), fp
+--                                    (a pre-queue size they have)
 -- ARGV[1] 'join' | 'status' | 'stats' | 'mark'
 -- ARGV[2] user id
 -- ARGV[3] spacing in µs ('mark': the slot confirmed, or '')
 -- ARGV[4] shuffle score (decimal, < 2^48) or '' to queue the pre-queue in join order
---         ('mark': the q confirmed)
+--         ('mark': the q confirmed, or '')
+-- ARGV[5] ('mark' only) the pre-queue size confirmed, or ''
 --
--- Returns {'line', admit_at, ahead, now, q, slot} | {'prequeue'} | {'sold_out'} | {'unknown'}
--- (status of a user who never joined) | {'missing'} (no such campaign in the gate); q and
--- slot are what a replica must have before the place is told (src/room/redis.rs), '' when a
--- replica is known to have it: q for the pre-queue's freeze, slot for a later joiner's place.
--- 'stats' returns {'stats', joined, admitted, tail or '', now}; 'mark' records, after a WAIT,
--- that replicas have the freeze of size ARGV[4] and the place of ARGV[2] at slot ARGV[3] —
--- only if this server holds them (after a failover it may not), and returns {'marked'}.
+-- Returns {'line', admit_at, ahead, now, q, slot} | {'prequeue', n} | {'sold_out'} |
+-- {'unknown'} (status of a user who never joined) | {'missing'} (no such campaign in the
+-- gate); q, slot and n are what a replica must have before the answer is told
+-- (src/room/redis.rs), '' when a replica is known to have it: q for the pre-queue's freeze,
+-- slot for a later joiner's place, n for a pre-queue of n (pre-queue joins only add, so a
+-- replica with n members has the first n joined). 'stats' returns {'stats', joined,
+-- admitted, tail or '', now}; 'mark' records, after a WAIT, that replicas have the freeze of
+-- size ARGV[4], the place of ARGV[2] at slot ARGV[3] and a pre-queue of ARGV[5] — only if
+-- this server holds them (after a failover it may not), and returns {'marked'}.
 
 if ARGV[1] == 'mark' then
   local q, a = ARGV[4], ARGV[3]
@@ -33,6 +37,12 @@ if ARGV[1] == 'mark' then
   if a ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[2]) == a then
     local ft = redis.call('HGET', KEYS[4], 'ft')
     if not ft or tonumber(ft) < tonumber(a) then redis.call('HSET', KEYS[4], 'ft', a) end
+  end
+  local n = ARGV[5]
+  if n ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[2])
+    and redis.call('ZCARD', KEYS[2]) >= tonumber(n) then
+    local fp = redis.call('HGET', KEYS[4], 'fp')
+    if not fp or tonumber(fp) < tonumber(n) then redis.call('HSET', KEYS[4], 'fp', n) end
   end
   return {'marked'}
 end
@@ -81,6 +91,11 @@ local function line(a, ahead, q, s)
   local uq, us = unconfirmed(q, s)
   return {'line', int(a), ahead, int(now), uq, us}
 end
+local function prequeue()
+  local n, fp = redis.call('ZCARD', KEYS[2]), redis.call('HGET', KEYS[4], 'fp')
+  if fp and tonumber(fp) >= n then return {'prequeue', ''} end
+  return {'prequeue', int(n)}
+end
 
 local function place()
   local s = redis.call('ZSCORE', KEYS[3], user)
@@ -95,7 +110,7 @@ local function place()
   end
   local r = redis.call('ZRANK', KEYS[2], user)
   if not r then return nil end
-  if not started() then return {'prequeue'} end
+  if not started() then return prequeue() end
   local q = freeze()
   local rank = r + 1
   local a = starts + (rank - 1) * sp
@@ -123,7 +138,7 @@ if not started() then
   local score = ARGV[4]
   if score == '' then score = redis.call('HINCRBY', KEYS[4], 'seq', 1) end
   redis.call('ZADD', KEYS[2], score, user)
-  return {'prequeue'}
+  return prequeue()
 end
 freeze()
 local tail = redis.call('HGET', KEYS[4], 'tail')
