@@ -21,7 +21,8 @@ use super::schedule::Place;
 use super::{RoomDef, RoomStore, Stats};
 use crate::domain::{Error, Status};
 use crate::engine::backend::Backend;
-use crate::engine::scale_out::{SharedWait, WaitReplicas};
+use crate::engine::scale_out::{Health, SharedWait, WaitReplicas};
+use crate::redis_conn::link::Pinned;
 use crate::redis_conn::RedisConn;
 
 pub struct RedisRooms {
@@ -103,6 +104,20 @@ impl RedisRooms {
         args: &[&str],
         context: &str,
     ) -> Result<Vec<redis::Value>, Error> {
+        self.invocation(def, op, user, args)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| Error::unavailable(context, e))
+    }
+
+    /// `room.lua` with its KEYS and ARGV (described there).
+    fn invocation(
+        &self,
+        def: &RoomDef,
+        op: &str,
+        user: &str,
+        args: &[&str],
+    ) -> redis::ScriptInvocation<'_> {
         let tag = format!("{{c:{}}}", def.campaign);
         let mut inv = self.script.prepare_invoke();
         inv.key(format!("{tag}:meta"))
@@ -112,9 +127,7 @@ impl RedisRooms {
             .arg(op)
             .arg(user)
             .arg(args);
-        inv.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| Error::unavailable(context, e))
+        inv
     }
 
     async fn once(&self, def: &RoomDef, op: &str, user: &str, score: u64) -> Result<Step, Error> {
@@ -169,18 +182,28 @@ impl RedisRooms {
     }
 
     /// Records that replicas have what `u` names (after a `WAIT` that followed the step which
-    /// named it), so later reads of it need not wait. A mark lost (an error, a failover) only
-    /// makes a later read wait again.
-    async fn mark(&self, def: &RoomDef, user: &str, u: &Unconfirmed) {
+    /// named it, on the link's connection of `before`), so later reads of it need not wait.
+    /// Sent on that same connection only: after a failover the mark must not land on a server
+    /// the `WAIT` did not cover. A mark lost (an error, a failover) only makes a later read
+    /// wait again.
+    async fn mark(&self, def: &RoomDef, user: &str, u: &Unconfirmed, before: Option<Health>) {
+        let (
+            Some(link),
+            Some(Health {
+                up: true,
+                generation,
+            }),
+        ) = (self.conn.link(), before)
+        else {
+            return;
+        };
         if u.is_empty() {
             return;
         }
-        let context = "marking a waiting room place as replicated failed";
-        if let Err(e) = self
-            .call(def, "mark", user, &[&u.slot, &u.q, &u.pre], context)
-            .await
-        {
-            tracing::debug!(error = %e, campaign = %def.campaign, "{context}");
+        let inv = self.invocation(def, "mark", user, &[&u.slot, &u.q, &u.pre]);
+        let mut pinned = Pinned { link, generation };
+        if let Err(e) = inv.invoke_async::<redis::Value>(&mut pinned).await {
+            tracing::debug!(error = %e, campaign = %def.campaign, "marking a waiting room place as replicated failed");
         }
     }
 }
@@ -200,7 +223,7 @@ impl RoomStore for RedisRooms {
                      or may not survive a failover: join again, it answers the user's place"
                 ))
             })?;
-            self.mark(def, user, &unconfirmed).await;
+            self.mark(def, user, &unconfirmed, before).await;
         }
         Ok(place)
     }
@@ -217,7 +240,7 @@ impl RoomStore for RedisRooms {
                      shortly"
                 ))
             })?;
-            self.mark(def, user, &unconfirmed).await;
+            self.mark(def, user, &unconfirmed, before).await;
         }
         Ok(place)
     }

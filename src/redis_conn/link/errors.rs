@@ -18,6 +18,16 @@ pub fn not_sent(down_for: Duration) -> RedisError {
     ))
 }
 
+/// The error of a request for one connection refused because the link has moved on to
+/// another: it never reached Redis.
+pub fn moved_on() -> RedisError {
+    RedisError::from((
+        ErrorKind::Client,
+        NOT_SENT,
+        "the connection it was meant for is gone".to_owned(),
+    ))
+}
+
 /// The error of a gated request refused because this Redis was not yet checked against the
 /// ledger (just reconnected, or its `run_id` changed): it never reached Redis.
 pub fn unchecked() -> RedisError {

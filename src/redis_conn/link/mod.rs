@@ -36,9 +36,11 @@ use redis::{
 use tokio::sync::{watch, Notify};
 
 mod errors;
+mod pinned;
 
 use errors::breaks_connection;
-pub use errors::{not_sent, surely_not_executed, unchecked};
+pub use errors::{moved_on, not_sent, surely_not_executed, unchecked};
+pub use pinned::Pinned;
 
 use super::promotable::Promotable;
 use super::sentinel;
@@ -277,6 +279,21 @@ impl Link {
     /// One command; refused at once while the link is down.
     pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
         let (generation, mut conn) = self.current()?;
+        let reply = self.guard(generation, conn.req_packed_command(cmd)).await;
+        if let Ok(v) = &reply {
+            self.demoted(generation, std::slice::from_ref(v));
+        }
+        reply
+    }
+
+    /// One command on the connection of `generation` only: refused (nothing sent) once the
+    /// link moved on, so a write meant for the server a `WAIT` just covered never lands on
+    /// another.
+    pub async fn request_on(&self, generation: u64, cmd: &Cmd) -> RedisResult<Value> {
+        let (now, mut conn) = self.current()?;
+        if now != generation {
+            return Err(moved_on());
+        }
         let reply = self.guard(generation, conn.req_packed_command(cmd)).await;
         if let Ok(v) = &reply {
             self.demoted(generation, std::slice::from_ref(v));

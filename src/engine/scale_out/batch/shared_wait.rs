@@ -12,12 +12,17 @@
 //! Writers whose step began on another generation of the link than the round's are given a
 //! round of their own, which fails as theirs would have on its own.
 //!
-//! A round that failed (a replica gone, or connected but not acknowledging) is not run again
-//! for the wait's timeout: rounds queued meanwhile fail at once with its error. Else writers
-//! arriving back to back would keep the link inside `WAIT` nearly all the time, and every
-//! other command of the instance — claims, reads, the link's heartbeat — behind it.
+//! A round that failed after holding the link (a replica gone, or connected but not
+//! acknowledging, so `WAIT` ran out its timeout) is not run again on that link for as long as
+//! it held it: rounds queued meanwhile fail at once with its error. Else writers arriving back
+//! to back would keep the link inside `WAIT` nearly all the time, and every other command of
+//! the instance — claims, reads, the link's heartbeat — behind it. A quick failure (the link
+//! changed, a sentinel did not answer) held nothing and holds nothing back; a success clears it.
+//!
+//! Each round runs as a task of its own, under a deadline: a panic or a hang in one fails that
+//! round's writers (503), not every later one.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -58,37 +63,73 @@ impl SharedWait {
     }
 }
 
+/// Longer than any round takes: the `WAIT`'s timeout, twice (a second `WAIT` behind Sentinel)
+/// and the sentinels' answers.
+fn deadline(wait: &WaitReplicas) -> Duration {
+    wait.timeout * 2 + Duration::from_secs(5)
+}
+
+/// The last round that failed after holding the link: when it ended, on which link, its
+/// error, and how long it held the link.
+struct Failed {
+    at: Instant,
+    on: Option<Health>,
+    error: String,
+    held: Duration,
+}
+
 async fn rounds(wait: WaitReplicas, conn: RedisConn, mut rx: mpsc::UnboundedReceiver<Request>) {
-    let mut failed: Option<(Instant, Option<Health>, String)> = None;
+    let mut failed: Option<Failed> = None;
     while let Some(first) = rx.recv().await {
         let mut queued = vec![first];
         while let Ok(r) = rx.try_recv() {
             queued.push(r);
         }
         while let Some(before) = queued.first().map(|r| r.before) {
-            let (round, rest): (Vec<_>, Vec<_>) =
+            let (writers, rest): (Vec<_>, Vec<_>) =
                 queued.into_iter().partition(|r| r.before == before);
             queued = rest;
             let result = match &failed {
-                Some((at, on, e)) if *on == before && at.elapsed() < wait.timeout => Err(format!(
-                    "{e} ({} ms ago; not asked again yet)",
-                    at.elapsed().as_millis()
+                Some(f) if f.on == before && f.at.elapsed() < f.held => Err(format!(
+                    "{} ({} ms ago; not asked again yet)",
+                    f.error,
+                    f.at.elapsed().as_millis()
                 )),
                 _ => {
-                    let result = wait
-                        .confirm(&conn, before)
-                        .await
-                        .map_err(|e| format!("{e:#}"));
-                    failed = result
-                        .as_ref()
-                        .err()
-                        .map(|e| (Instant::now(), before, e.clone()));
+                    let started = Instant::now();
+                    let result = round(wait, conn.clone(), before).await;
+                    let held = started.elapsed();
+                    match &result {
+                        Ok(()) => failed = None,
+                        Err(e) if held >= wait.timeout / 2 => {
+                            failed = Some(Failed {
+                                at: Instant::now(),
+                                on: before,
+                                error: e.clone(),
+                                held,
+                            })
+                        }
+                        Err(_) => {}
+                    }
                     result
                 }
             };
-            for r in round {
+            for r in writers {
                 let _ = r.done.send(result.clone());
             }
         }
+    }
+}
+
+/// One round, as its own task under [`deadline`].
+async fn round(wait: WaitReplicas, conn: RedisConn, before: Option<Health>) -> Result<(), String> {
+    let task = tokio::spawn(async move { wait.confirm(&conn, before).await });
+    match tokio::time::timeout(deadline(&wait), task).await {
+        Ok(Ok(result)) => result.map_err(|e| format!("{e:#}")),
+        Ok(Err(e)) => Err(format!("the replica wait failed: {e}")),
+        Err(_) => Err(format!(
+            "no answer from the replicas within {:?}",
+            deadline(&wait)
+        )),
     }
 }
