@@ -30,19 +30,18 @@
 -- this server holds them (after a failover it may not), and returns {'marked'}.
 
 if ARGV[1] == 'mark' then
-  local q, a = ARGV[4], ARGV[3]
+  local q, a, n = ARGV[4], ARGV[3], ARGV[5]
+  local function raise(field, v)
+    local was = redis.call('HGET', KEYS[4], field)
+    if not was or tonumber(was) < tonumber(v) then redis.call('HSET', KEYS[4], field, v) end
+  end
   if q ~= '' and redis.call('HGET', KEYS[4], 'q') == q then
     redis.call('HSET', KEYS[4], 'fq', q)
   end
-  if a ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[2]) == a then
-    local ft = redis.call('HGET', KEYS[4], 'ft')
-    if not ft or tonumber(ft) < tonumber(a) then redis.call('HSET', KEYS[4], 'ft', a) end
-  end
-  local n = ARGV[5]
+  if a ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[2]) == a then raise('ft', a) end
   if n ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[2])
     and redis.call('ZCARD', KEYS[2]) >= tonumber(n) then
-    local fp = redis.call('HGET', KEYS[4], 'fp')
-    if not fp or tonumber(fp) < tonumber(n) then redis.call('HSET', KEYS[4], 'fp', n) end
+    raise('fp', n)
   end
   return {'marked'}
 end
