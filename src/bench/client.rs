@@ -32,6 +32,10 @@ pub struct Client {
     token: String,
 }
 
+/// How long a read after the storm may be refused: a deployment coming back from a fault
+/// answers 503 (retry later) for a moment.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Client {
     pub fn new(base: &str, admin_token: &str) -> Self {
         let http = reqwest::Client::builder()
@@ -131,6 +135,26 @@ impl Client {
             );
         }
         Ok(resp.json().await?)
+    }
+
+    /// [`Client::campaign`], read again while the deployment refuses it for up to `within`: a
+    /// deployment coming back from a fault may answer 503 (retry later) for a moment.
+    pub async fn campaign_within(
+        &self,
+        id: &str,
+        within: std::time::Duration,
+    ) -> anyhow::Result<CampaignView> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            match self.campaign(id).await {
+                Ok(v) => return Ok(v),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %format!("{e:#}"), "reading the campaign failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
     }
 
     pub async fn claim(

@@ -229,7 +229,9 @@ async fn confirm(
 pub async fn wait_resolved(client: &Client, campaign: &str, hold: Hold) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(u64::from(hold.seconds))).await;
     for _ in 0..600 {
-        let v = client.campaign(campaign).await?;
+        let v = client
+            .campaign_within(campaign, super::client::SETTLE)
+            .await?;
         if v.holds.is_none_or(|h| h.pending == 0) {
             return Ok(());
         }

@@ -67,7 +67,9 @@ const PROBES: &[Probe] = &[
 
 /// Sends the probes; returns the violations (refusals that were not 4xx, or a changed view).
 pub async fn bad_input(client: &Client, campaign: &str) -> anyhow::Result<Vec<Violation>> {
-    let before = client.campaign(campaign).await?;
+    let before = client
+        .campaign_within(campaign, super::client::SETTLE)
+        .await?;
     let mut accepted = Vec::new();
     for (what, method, path, body, token) in PROBES {
         let mut req = client
@@ -89,7 +91,9 @@ pub async fn bad_input(client: &Client, campaign: &str) -> anyhow::Result<Vec<Vi
             tracing::warn!(probe = what, "a malformed request was processed");
         }
     }
-    let after = client.campaign(campaign).await?;
+    let after = client
+        .campaign_within(campaign, super::client::SETTLE)
+        .await?;
     let mut out = Vec::new();
     if !accepted.is_empty() {
         out.push(Violation {
