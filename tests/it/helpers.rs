@@ -254,3 +254,26 @@ pub async fn hold_ledger(data: &std::path::Path) -> sqlx::SqliteConnection {
         .unwrap();
     blocker
 }
+
+/// `POST /v1/campaigns/{campaign}/queue` for `user`: the status and the body (Null if none).
+pub async fn queue_join(c: &Client, campaign: &str, user: &str) -> (reqwest::StatusCode, Value) {
+    let r = c
+        .http()
+        .post(c.url(&format!("/v1/campaigns/{campaign}/queue")))
+        .json(&serde_json::json!({"user_id": user}))
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// `GET /v1/campaigns/{campaign}/queue/{user}`: the status and the body (Null if none).
+pub async fn queue_read(c: &Client, campaign: &str, user: &str) -> (reqwest::StatusCode, Value) {
+    let r = c
+        .http()
+        .get(c.url(&format!("/v1/campaigns/{campaign}/queue/{user}")))
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.json().await.unwrap_or(Value::Null))
+}

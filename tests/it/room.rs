@@ -19,26 +19,11 @@ crate::conformance!(
 );
 
 async fn join(app: &App, campaign: &str, user: &str) -> (StatusCode, Value) {
-    let c = &app.client;
-    let r = c
-        .http()
-        .post(c.url(&format!("/v1/campaigns/{campaign}/queue")))
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .unwrap();
-    (r.status(), r.json().await.unwrap_or(Value::Null))
+    crate::helpers::queue_join(&app.client, campaign, user).await
 }
 
 async fn status(app: &App, campaign: &str, user: &str) -> (StatusCode, Value) {
-    let c = &app.client;
-    let r = c
-        .http()
-        .get(c.url(&format!("/v1/campaigns/{campaign}/queue/{user}")))
-        .send()
-        .await
-        .unwrap();
-    (r.status(), r.json().await.unwrap_or(Value::Null))
+    crate::helpers::queue_read(&app.client, campaign, user).await
 }
 
 async fn claim(app: &App, campaign: &str, user: &str, ticket: Option<&str>) -> (StatusCode, Value) {

@@ -18,24 +18,13 @@ async fn join(c: &Client, user: &str) -> (u16, Value) {
 }
 
 async fn join_in(c: &Client, campaign: &str, user: &str) -> (u16, Value) {
-    let r = c
-        .http()
-        .post(c.url(&format!("/v1/campaigns/{campaign}/queue")))
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    let (s, body) = crate::helpers::queue_join(c, campaign, user).await;
+    (s.as_u16(), body)
 }
 
 async fn status(c: &Client, campaign: &str, user: &str) -> (u16, Value) {
-    let r = c
-        .http()
-        .get(c.url(&format!("/v1/campaigns/{campaign}/queue/{user}")))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    let (s, body) = crate::helpers::queue_read(c, campaign, user).await;
+    (s.as_u16(), body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
