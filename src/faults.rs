@@ -14,8 +14,8 @@
 //! | --- | --- |
 //! | `commit_unknown_after=N` | the N-th non-empty batch commits, then reports an I/O error |
 //! | `writer_panic_after=N` | the N-th non-empty batch panics before it is written |
-//! | `disk_full_while=PATH` | while PATH exists, every batch fails as SQLite's `SQLITE_FULL` |
-//! | `io_error_while=PATH` | while PATH exists, every batch ends in a disk I/O error at its commit (an fsync that failed): the odd ones committed, the even ones rolled back, so recovery meets both truths behind the one error |
+//! | `disk_full_while=PATH` | while PATH exists, every batch (waiting-room joins too) fails as SQLite's `SQLITE_FULL` |
+//! | `io_error_while=PATH` | while PATH exists, every batch (waiting-room joins too) ends in a disk I/O error at its commit (an fsync that failed): the odd ones committed, the even ones rolled back, so recovery meets both truths behind the one error |
 //! | `stop_after_reclaim=PATH` | if PATH exists when the pipeline has reclaimed entries and is about to write them, PATH is removed and the process stops itself with SIGSTOP (a pause at the worst moment for the reclaim lease) |
 
 use std::path::PathBuf;
@@ -98,6 +98,26 @@ pub fn next_batch() -> BatchFault {
     }
     if f.commit_unknown_after == Some(n) {
         return BatchFault::UnknownAfterCommit;
+    }
+    BatchFault::None
+}
+
+/// Called once per non-empty batch of waiting-room joins by the embedded ledger's writer:
+/// the full disk and the I/O errors at commit of [`next_batch`], counted apart so the claims'
+/// numbered faults stay where they were.
+pub fn room_batch() -> BatchFault {
+    static ROOM_BATCHES: AtomicU64 = AtomicU64::new(0);
+    let f = faults();
+    if f.disk_full_while.as_ref().is_some_and(|p| p.exists()) {
+        return BatchFault::DiskFull;
+    }
+    if f.io_error_while.as_ref().is_some_and(|p| p.exists()) {
+        let n = ROOM_BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
+        return if n % 2 == 1 {
+            BatchFault::UnknownAfterCommit
+        } else {
+            BatchFault::UnknownRolledBack
+        };
     }
     BatchFault::None
 }

@@ -27,7 +27,9 @@ use super::schedule::{self, Place};
 use super::{RoomDef, RoomStore, Stats};
 use crate::domain::{Error, Status};
 use crate::engine::backend::Backend;
-use crate::ledger::{JoinRow, SqliteLedger};
+use crate::ledger::SqliteLedger;
+
+mod writer;
 
 /// Most joins written in one transaction.
 const BATCH: usize = 2048;
@@ -160,15 +162,27 @@ struct Join {
     def: RoomDef,
     user: String,
     score: u64,
-    reply: oneshot::Sender<Result<Place, Error>>,
+    /// Taken once the join is answered (early, when its write's outcome is unknown).
+    reply: Option<oneshot::Sender<Result<Place, Error>>>,
 }
+
+/// A user's pre-queue score in a campaign's room ([`super::Rooms::shuffle_fn`]).
+type Shuffle = Arc<dyn Fn(&str, &str) -> u64 + Send + Sync>;
 
 #[derive(Default)]
 struct Rooms {
     all: RwLock<HashMap<String, Shared>>,
+    /// A batch of joins whose write's outcome is unknown is being settled: until it is, new
+    /// joins are refused at once rather than queued behind it, and a user the rooms do not
+    /// know may be in that batch, so its status is not 404 but "read again".
+    settling: std::sync::atomic::AtomicBool,
 }
 
 impl Rooms {
+    fn settling(&self) -> bool {
+        self.settling.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn get(&self, id: &str) -> Option<Shared> {
         self.all.read().get(id).cloned()
     }
@@ -196,6 +210,7 @@ impl EmbeddedRooms {
         backend: Arc<dyn Backend>,
         shuffle: impl Fn(&str, &str) -> u64 + Send + Sync + 'static,
     ) -> anyhow::Result<Arc<Self>> {
+        let shuffle: Shuffle = Arc::new(shuffle);
         let rooms = Arc::new(Rooms::default());
         let mut defs: HashMap<String, RoomDef> = HashMap::new();
         for id in ledger.room_campaigns().await? {
@@ -225,7 +240,7 @@ impl EmbeddedRooms {
             .await?;
         tracing::info!(rooms = defs.len(), joined, "waiting rooms recovered");
         let (tx, rx) = mpsc::channel(BATCH * 4);
-        tokio::spawn(writer(ledger, rooms.clone(), rx));
+        tokio::spawn(writer::writer(ledger, rooms.clone(), shuffle, rx));
         Ok(Arc::new(Self {
             rooms,
             backend,
@@ -268,6 +283,15 @@ async fn room_def(backend: &dyn Backend, id: &str) -> anyhow::Result<Option<Room
     }))
 }
 
+/// The answer to a join or a read while a write's outcome is being settled.
+fn settling() -> Error {
+    Error::Unavailable(
+        "the waiting room's disk failed at a commit and its last joins are being settled; \
+         nothing was changed, join or read again shortly"
+            .into(),
+    )
+}
+
 fn now_us() -> i64 {
     crate::domain::now().timestamp_micros()
 }
@@ -278,6 +302,9 @@ impl RoomStore for EmbeddedRooms {
         if let Some(p) = self.place(def, user) {
             return Ok(self.checked(def, Some(p)).await?.expect("a member"));
         }
+        if self.rooms.settling() {
+            return Err(settling());
+        }
         if self.sold_out(def, now_us()).await? {
             return Ok(Place::SoldOut);
         }
@@ -286,7 +313,7 @@ impl RoomStore for EmbeddedRooms {
             def: def.clone(),
             user: user.to_owned(),
             score,
-            reply,
+            reply: Some(reply),
         };
         let closed = || Error::Unavailable("the waiting room is shutting down".into());
         self.joins.send(join).await.map_err(|_| closed())?;
@@ -296,6 +323,9 @@ impl RoomStore for EmbeddedRooms {
 
     async fn status(&self, def: &RoomDef, user: &str) -> Result<Option<Place>, Error> {
         let place = self.place(def, user);
+        if place.is_none() && self.rooms.settling() {
+            return Err(settling());
+        }
         self.checked(def, place).await
     }
 
@@ -323,92 +353,4 @@ impl RoomStore for EmbeddedRooms {
             now,
         })
     }
-}
-
-/// A new member's row, its room and where its join sits in the batch.
-struct Decided {
-    row: JoinRow,
-    room: Shared,
-    pre: bool,
-    join: usize,
-}
-
-/// Writes joins in batches, then makes them visible and answers them.
-async fn writer(ledger: Arc<SqliteLedger>, rooms: Arc<Rooms>, mut rx: mpsc::Receiver<Join>) {
-    let mut batch = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let decided = decide(&rooms, &batch);
-        let rows: Vec<JoinRow> = decided.iter().map(|d| d.row.clone()).collect();
-        let saved = if rows.is_empty() {
-            Ok(())
-        } else {
-            ledger.room_joins(&rows).await
-        };
-        if let Err(e) = &saved {
-            tracing::error!(error = %format!("{e:#}"), joins = rows.len(), "waiting room joins not written");
-        }
-        for d in &decided {
-            let j = &batch[d.join];
-            let mut room = d.room.lock();
-            if d.pre {
-                room.writing_pre -= 1;
-            }
-            if saved.is_ok() {
-                let r = &d.row;
-                room.apply(
-                    &j.def,
-                    r.user_id.as_str().into(),
-                    r.seq,
-                    r.joined_at,
-                    j.score,
-                );
-            }
-        }
-        for j in batch.drain(..) {
-            let place = rooms
-                .get(&j.def.campaign)
-                .and_then(|r| r.lock().place(&j.def, &j.user, now_us()));
-            let answer = match (place, &saved) {
-                (Some(p), _) => Ok(p),
-                (None, Err(_)) => Err(Error::not_committed("the join was not written")),
-                (None, Ok(())) => Err(Error::Unavailable("the join was lost".into())),
-            };
-            let _ = j.reply.send(answer);
-        }
-    }
-}
-
-/// Each new member's row, timed under its room's lock; a user twice in the batch gets one.
-fn decide(rooms: &Rooms, batch: &[Join]) -> Vec<Decided> {
-    let mut out = Vec::new();
-    let mut seen: HashMap<(&str, &str), ()> = HashMap::new();
-    let mut seqs: HashMap<&str, i64> = HashMap::new();
-    for (i, j) in batch.iter().enumerate() {
-        if seen.insert((&j.def.campaign, &j.user), ()).is_some() {
-            continue;
-        }
-        let shared = rooms.entry(&j.def.campaign);
-        let mut room = shared.lock();
-        if room.members.contains_key(j.user.as_str()) {
-            continue;
-        }
-        let seq = seqs.entry(&j.def.campaign).or_insert(room.last_seq);
-        *seq += 1;
-        let before = room.writing_pre;
-        let (seq, at) = room.decide(&j.def, now_us(), *seq);
-        let pre = room.writing_pre > before;
-        drop(room);
-        out.push(Decided {
-            row: JoinRow {
-                campaign_id: j.def.campaign.clone(),
-                user_id: j.user.clone(),
-                seq,
-                joined_at: at,
-            },
-            room: shared,
-            pre,
-            join: i,
-        });
-    }
-    out
 }

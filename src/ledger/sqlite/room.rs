@@ -5,7 +5,10 @@
 
 use sqlx::Row;
 
+use super::writer::statement_fault;
 use super::SqliteLedger;
+use crate::faults::{self, BatchFault};
+use crate::ledger::WriteFault;
 
 /// One join as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +39,18 @@ impl SqliteLedger {
             .map_err(|_| anyhow::anyhow!("the room key is not 32 bytes"))
     }
 
-    /// Writes `rows` in one transaction; nothing of them is written on error.
-    pub async fn room_joins(&self, rows: &[JoinRow]) -> anyhow::Result<()> {
+    /// Writes `rows` in one transaction. A [`WriteFault`] says what an error left: nothing
+    /// (`NotCommitted`), nothing but the ledger holds rows memory does not (`Diverged`), or
+    /// perhaps all of them (`Unknown`, an I/O error at COMMIT): the rooms must then be read
+    /// again from here. `again`: the same rows are written again to settle an unknown outcome,
+    /// so those already on disk are skipped.
+    pub async fn room_joins(&self, rows: &[JoinRow], again: bool) -> Result<(), WriteFault> {
+        let fault = faults::room_batch();
+        if fault == BatchFault::DiskFull {
+            return Err(WriteFault::NotCommitted(
+                "database or disk is full (injected by SECKILL_FAULTS)".into(),
+            ));
+        }
         let mut w = self.writer.lock().await;
         w.begin().await?;
         let written = async {
@@ -51,18 +64,34 @@ impl SqliteLedger {
                         .push_bind(r.seq)
                         .push_bind(r.joined_at);
                 });
+                if again {
+                    q.push(" ON CONFLICT DO NOTHING");
+                }
                 q.build().execute(w.conn().await?).await?;
             }
             anyhow::Ok(())
         }
         .await;
-        match written {
-            Ok(()) => Ok(w.commit().await?),
-            Err(e) => {
-                w.roll_back().await;
-                Err(e)
-            }
+        if let Err(e) = written {
+            let fault = statement_fault(&e);
+            w.roll_back().await;
+            return Err(fault);
         }
+        if fault == BatchFault::UnknownRolledBack {
+            w.roll_back().await;
+            w.discard();
+            return Err(WriteFault::Unknown(
+                "disk I/O error at COMMIT, rolled back (injected by SECKILL_FAULTS)".into(),
+            ));
+        }
+        w.commit().await?;
+        if fault == BatchFault::UnknownAfterCommit {
+            w.discard();
+            return Err(WriteFault::Unknown(
+                "disk I/O error after COMMIT (injected by SECKILL_FAULTS)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The campaigns with joins.
@@ -78,14 +107,36 @@ impl SqliteLedger {
     /// of millions is never held twice in memory).
     pub async fn room_members(
         &self,
+        each: impl FnMut(JoinRow) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        let rows = sqlx::query(
+            "SELECT campaign_id, user_id, seq, joined_at FROM room_members \
+             ORDER BY campaign_id, seq",
+        );
+        self.stream_joins(rows, each).await
+    }
+
+    /// [`Self::room_members`] of one campaign.
+    pub async fn room_members_of(
+        &self,
+        campaign: &str,
+        each: impl FnMut(JoinRow) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        let rows = sqlx::query(
+            "SELECT campaign_id, user_id, seq, joined_at FROM room_members \
+             WHERE campaign_id = ?1 ORDER BY seq",
+        )
+        .bind(campaign);
+        self.stream_joins(rows, each).await
+    }
+
+    async fn stream_joins<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
         mut each: impl FnMut(JoinRow) -> anyhow::Result<()>,
     ) -> anyhow::Result<u64> {
         use futures::TryStreamExt;
-        let mut rows = sqlx::query(
-            "SELECT campaign_id, user_id, seq, joined_at FROM room_members \
-             ORDER BY campaign_id, seq",
-        )
-        .fetch(&self.readers);
+        let mut rows = query.fetch(&self.readers);
         let mut n = 0;
         while let Some(r) = rows.try_next().await? {
             each(JoinRow {

@@ -1,6 +1,7 @@
 //! Storage faults injected into a real `seckill serve` process under load: a full disk, a
 //! commit whose outcome is unknown, a panicking ledger writer, an order id the ledger already
-//! holds, and a second server on the same data directory. After each, every `won` answer the
+//! holds, a second server on the same data directory, and waiting-room joins meeting I/O
+//! errors at their commit. After each, every `won` answer the
 //! clients received must be an order, exactly once, and no order may exist that nobody could
 //! have been told about.
 
@@ -8,6 +9,7 @@ mod ambiguous;
 mod data_dir;
 pub(crate) mod disk_full;
 mod idem_shadow;
+mod room_io_error;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
