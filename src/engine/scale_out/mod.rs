@@ -38,6 +38,7 @@ mod cancel;
 mod catch_up;
 mod dormant;
 mod fresh;
+mod health;
 mod held;
 mod holds;
 mod keys;
@@ -370,29 +371,7 @@ impl Backend for ScaleOut {
     }
 
     async fn health(&self) -> Result<(), Error> {
-        if self.settings.refusing() {
-            return Err(Error::Unavailable(
-                "Redis's maxmemory-policy may evict keys; claims are refused until it is \
-                 noeviction again"
-                    .into(),
-            ));
-        }
-        if let Err(down) = self.supervisor.health() {
-            return Err(Error::Unavailable(format!(
-                "a background task is not running: {down}"
-            )));
-        }
-        let mut conn = self.conn();
-        let cmd = redis::cmd("PING");
-        let ping = cmd.query_async::<String>(&mut conn);
-        tokio::time::timeout(Duration::from_secs(2), ping)
-            .await
-            .map_err(|_| Error::unavailable("Redis does not answer", "timed out"))?
-            .map_err(redis_failed("Redis does not answer"))?;
-        self.ledger
-            .ping()
-            .await
-            .map_err(|e| Error::unavailable("PostgreSQL does not answer", e))
+        self.check_health().await
     }
 
     async fn pipeline_lag(&self) -> Option<u64> {
@@ -404,20 +383,10 @@ impl Backend for ScaleOut {
     }
 
     fn health_details(&self) -> Option<serde_json::Value> {
-        let mut v = serde_json::json!({"redis_settings": self.settings.current()});
-        v["refusing_claims"] = self.settings.refusing().into();
-        v["gate_behind"] = self.behind.count().into();
-        Some(v)
+        Some(self.details())
     }
 
     fn refresh_metrics(&self, registry: &crate::telemetry::Registry) {
-        self.settings.refresh_metrics(registry);
-        self.hold_stats.refresh(registry);
-        // Campaigns with holds are the admin's, so the label set is bounded as on embedded.
-        for (id, units) in self.pending_units.lock().iter() {
-            registry
-                .campaign_gauge(crate::telemetry::catalog::CAMPAIGN_PENDING, id)
-                .set(*units as f64);
-        }
+        self.refresh(registry);
     }
 }

@@ -24,10 +24,9 @@
 //! a reconnect.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisResult,
@@ -36,14 +35,15 @@ use redis::{
 use tokio::sync::{watch, Notify};
 
 mod errors;
+mod loops;
 mod pinned;
 
 use errors::breaks_connection;
 pub use errors::{moved_on, not_sent, surely_not_executed, unchecked};
+use loops::{keep_alive, open};
 pub use pinned::Pinned;
 
 use super::promotable::Promotable;
-use super::sentinel;
 
 /// Each connection attempt gives up after this long.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -329,77 +329,5 @@ impl Link {
             self.demoted(generation, v);
         }
         replies
-    }
-}
-
-/// Opens a connection to the endpoint and checks that Redis answers `PING`.
-async fn open(endpoint: &Endpoint) -> anyhow::Result<(MultiplexedConnection, ConnectionAddr)> {
-    let info = match endpoint {
-        Endpoint::Node(info) => info.clone(),
-        Endpoint::Sentinel { sentinels, master } => {
-            let addr: ConnectionAddr = sentinel::resolve(sentinels, master).await?;
-            sentinels[0].clone().set_addr(addr)
-        }
-    };
-    let addr = info.addr().clone();
-    let attempt = async {
-        let mut conn = super::tls::client(info)?
-            .get_multiplexed_async_connection_with_config(&config())
-            .await?;
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        anyhow::Ok(conn)
-    };
-    tokio::time::timeout(CONNECT_TIMEOUT + PING_TIMEOUT, attempt)
-        .await
-        .context("Redis did not answer in time")?
-        .context("cannot connect to Redis")
-        .map(|conn| (conn, addr))
-}
-
-/// The reconnect loop: heartbeats while up, reconnects with a short backoff while down.
-async fn keep_alive(link: Weak<Link>, wake: Arc<Notify>) {
-    let mut retry = RETRY_MIN;
-    loop {
-        let Some(me) = link.upgrade() else { return };
-        let state = me.state.borrow().clone();
-        match state {
-            State::Up(generation, mut conn, _) => {
-                drop(me);
-                tokio::select! {
-                    _ = tokio::time::sleep(HEARTBEAT) => {}
-                    _ = wake.notified() => continue,
-                }
-                let ping = redis::cmd("PING");
-                let answer = tokio::time::timeout(PING_TIMEOUT, ping.query_async::<()>(&mut conn))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(RedisError::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "heartbeat PING unanswered",
-                        )))
-                    });
-                if let (Err(e), Some(me)) = (answer, link.upgrade()) {
-                    if breaks_connection(&e) || e.code() == Some("LOADING") {
-                        me.broken(generation, &e);
-                    }
-                }
-            }
-            State::Down(generation, since) => match open(&me.endpoint).await {
-                Ok((conn, addr)) => {
-                    retry = RETRY_MIN;
-                    me.set(State::Up(generation + 1, conn, Arc::new(addr)));
-                    tracing::info!(
-                        down_ms = since.elapsed().as_millis() as u64,
-                        "Redis answers again; serving"
-                    );
-                }
-                Err(e) => {
-                    tracing::debug!(error = %format!("{e:#}"), "Redis still unreachable");
-                    drop(me);
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
-                }
-            },
-        }
     }
 }
