@@ -10,7 +10,11 @@
 //! - [`Mode::Blackhole`]: nothing is read from either side and no connection is accepted
 //!   (they wait in the listen backlog): bytes are held, as a silent partition holds them in
 //!   TCP's buffers, and flow again when the mode changes;
-//! - [`Mode::Drop`]: the bytes of one direction are read and discarded, the other passes;
+//! - [`Mode::Stall`]: one direction's packets are lost, the other passes. TCP retransmits
+//!   lost packets, so the bytes of that direction are held and flow again, in order, when the
+//!   fault ends; a stream that stays open never has a hole. (Discarding them instead made a
+//!   stream no TCP connection can have: every later Redis reply was read as the answer to
+//!   another request.) The instance's own heartbeat decides whether it waits or reconnects;
 //! - [`Mode::Latency`]: every chunk waits a random time in the range before it is written, in
 //!   each direction, order kept;
 //! - [`Proxy::reset`]: every proxied connection is closed at once (new ones are accepted).
@@ -40,8 +44,8 @@ pub enum Dir {
 pub enum Mode {
     Pass,
     Blackhole,
-    /// Bytes of this direction are read and discarded.
-    Drop(Dir),
+    /// The packets of this direction are lost: its bytes wait until the mode changes.
+    Stall(Dir),
     /// Each chunk waits a random time in `min..=max` before it is written.
     Latency {
         min: Duration,
@@ -148,6 +152,14 @@ async fn open(mode: &mut watch::Receiver<Mode>) -> bool {
     mode.wait_for(|m| *m != Mode::Blackhole).await.is_ok()
 }
 
+/// Waits while `dir` is held (a blackhole, or that direction stalled); false when the proxy
+/// is gone.
+async fn open_for(mode: &mut watch::Receiver<Mode>, dir: Dir) -> bool {
+    mode.wait_for(|m| *m != Mode::Blackhole && *m != Mode::Stall(dir))
+        .await
+        .is_ok()
+}
+
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -156,25 +168,21 @@ async fn pump(
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        if !open(&mut mode).await {
+        if !open_for(&mut mode, dir).await {
             return Ok(());
         }
         let n = from.read(&mut buf).await?;
         if n == 0 {
             return Ok(());
         }
-        // A blackhole that began while this chunk was read holds it until it ends.
-        if !open(&mut mode).await {
+        // A blackhole or stall that began while this chunk was read holds it until it ends.
+        if !open_for(&mut mode, dir).await {
             return Ok(());
         }
         let current = *mode.borrow();
-        match current {
-            Mode::Drop(d) if d == dir => continue,
-            Mode::Latency { min, max } => {
-                let wait = rand::thread_rng().gen_range(min..=max);
-                tokio::time::sleep(wait).await;
-            }
-            _ => {}
+        if let Mode::Latency { min, max } = current {
+            let wait = rand::thread_rng().gen_range(min..=max);
+            tokio::time::sleep(wait).await;
         }
         to.write_all(&buf[..n]).await?;
     }
@@ -254,34 +262,36 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn drop_discards_one_direction() {
+    async fn stall_holds_one_direction_then_delivers_it() {
         let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let p = Proxy::start(upstream.local_addr().unwrap()).await.unwrap();
         let mut c = TcpStream::connect(p.addr()).await.unwrap();
         let (mut u, _) = upstream.accept().await.unwrap();
+        stalled(&p, Dir::Up, &mut c, &mut u).await;
+        stalled(&p, Dir::Down, &mut u, &mut c).await;
+    }
+
+    /// Stalls `dir` (bytes `from` -> `to`): they are held while the other direction passes,
+    /// then arrive whole and in order, before what follows.
+    async fn stalled(p: &Proxy, dir: Dir, from: &mut TcpStream, to: &mut TcpStream) {
+        p.set(Mode::Stall(dir));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        from.write_all(b"held").await.unwrap();
+        to.write_all(b"ok").await.unwrap();
         let mut b = [0u8; 2];
-
-        p.set(Mode::Drop(Dir::Up));
-        c.write_all(b"lost").await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        u.write_all(b"ok").await.unwrap();
-        c.read_exact(&mut b).await.unwrap();
-        assert_eq!(&b, b"ok");
+        from.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ok", "{dir:?}");
+        let mut got = [0u8; 4];
+        let r = tokio::time::timeout(Duration::from_millis(300), to.read_exact(&mut got));
+        assert!(
+            r.await.is_err(),
+            "a stalled direction let bytes through: {dir:?}"
+        );
         p.set(Mode::Pass);
-        c.write_all(b"up").await.unwrap();
-        u.read_exact(&mut b).await.unwrap();
-        assert_eq!(&b, b"up", "dropped bytes reached the upstream");
-
-        p.set(Mode::Drop(Dir::Down));
-        u.write_all(b"lost").await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        c.write_all(b"ok").await.unwrap();
-        u.read_exact(&mut b).await.unwrap();
-        assert_eq!(&b, b"ok");
-        p.set(Mode::Pass);
-        u.write_all(b"dn").await.unwrap();
-        c.read_exact(&mut b).await.unwrap();
-        assert_eq!(&b, b"dn", "dropped bytes reached the client");
+        from.write_all(b"next").await.unwrap();
+        let mut all = [0u8; 8];
+        to.read_exact(&mut all).await.unwrap();
+        assert_eq!(&all, b"heldnext", "{dir:?}");
     }
 
     #[tokio::test]
