@@ -69,6 +69,9 @@ pub struct Consumer {
     /// left, they are not in the stream of the node serving it, where an entry of the same id
     /// may be waiting (`lost`).
     not_here: std::collections::HashSet<(String, String)>,
+    /// The highest order number of each campaign the ledger took from this consumer and not
+    /// yet checked against the gate's numbering (`fence.rs`, [`Consumer::check_numbering`]).
+    unchecked: std::collections::BTreeMap<String, u64>,
 }
 
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
@@ -137,6 +140,7 @@ impl Consumer {
             deferred_since: HashMap::new(),
             per_entry: 1,
             not_here: Default::default(),
+            unchecked: Default::default(),
         }
     }
 
@@ -224,6 +228,7 @@ impl Consumer {
         if step.is_err() {
             self.recheck_own = true;
         }
+        self.check_numbering().await;
         self.rebuild_fenced().await?;
         step.map(|s| Step {
             read: s.read + reclaimed.read,
@@ -309,6 +314,9 @@ impl Consumer {
         }
         let m = crate::telemetry::process::handles();
         m.pipeline_batch.record(writes.len() as f64);
+        // Noted before the commit: a step dropped while it commits (its timeout) must not
+        // forget what the ledger may have taken.
+        self.note_numbers(&writes);
         let applied = {
             let _t = crate::telemetry::process::Timer::start(&m.pipeline_insert);
             let origins: Vec<_> = good.iter().map(Entry::origin).collect();

@@ -2,12 +2,16 @@
 //! handed out, Redis lost acknowledged writes. The campaign is fenced at once (its claims answer
 //! 503 on every instance), the buyers told `won` for reissued ids are recorded, and the gate is
 //! rebuilt from the ledger once the campaign's stream is drained, which lifts the fence.
+//!
+//! Orders the ledger took under a number above the gate's own are the same loss seen from the
+//! other side (a consumer wrote what it read from a Redis that forgot it since): fenced and
+//! rebuilt likewise ([`Consumer::check_numbering`]).
 
 use futures::StreamExt;
 use redis::AsyncCommands;
 
 use super::Consumer;
-use crate::domain::{now, Order};
+use crate::domain::{now, parse_order_id, Order};
 use crate::engine::scale_out::{Keys, RedisConn};
 use crate::ledger::{FailedOrder, PipelineWrite};
 use crate::pipeline::entry::Entry;
@@ -90,6 +94,79 @@ impl Consumer {
             .await?;
         super::refused_metric(metric);
         Ok(())
+    }
+
+    /// Notes, before a commit, the highest order number of each campaign among `writes`, for
+    /// [`Consumer::check_numbering`] (a write the ledger refuses only costs a check).
+    pub(super) fn note_numbers(&mut self, writes: &[PipelineWrite]) {
+        for w in writes {
+            let o = w.order();
+            let Ok((_, n)) = parse_order_id(&o.order_id) else {
+                continue;
+            };
+            // The campaign's id is copied once per batch, not once per order.
+            match self.unchecked.get_mut(&o.campaign_id) {
+                Some(top) => *top = (*top).max(n),
+                None => {
+                    self.unchecked.insert(o.campaign_id.clone(), n);
+                }
+            }
+        }
+    }
+
+    /// Orders (or transitions) the ledger took under a number the gate never issued, above its
+    /// `seq`, were read from a Redis that lost them since: a consumer outlived a restore from
+    /// an older snapshot, or a restart that lost the last second of an `everysec` AOF, and
+    /// wrote what it held. The gate does not hold them, so it would never expire them and would
+    /// count their units and codes as free: their campaign is fenced and rebuilt from the
+    /// ledger, with them, once its stream is drained. A reissued number is caught when it
+    /// collides; a number the gate has not reached yet only here. A campaign is checked until
+    /// Redis answers and holds it (one being installed meanwhile is checked after the
+    /// install, which may have read the ledger before these orders).
+    pub(super) async fn check_numbering(&mut self) {
+        let campaigns: Vec<(String, u64)> = self
+            .unchecked
+            .iter()
+            .map(|(c, n)| (c.clone(), *n))
+            .collect();
+        for (campaign, top) in campaigns {
+            let behind = match self.numbering_behind(&campaign, top).await {
+                Ok(Some(behind)) => behind,
+                Ok(None) => continue, // not in Redis: checked again after its install
+                Err(e) => {
+                    tracing::debug!(error = %e, campaign, "cannot check the gate's numbering yet");
+                    continue;
+                }
+            };
+            if self.unchecked.get(&campaign) == Some(&top) {
+                self.unchecked.remove(&campaign);
+            }
+            if behind {
+                tracing::error!(
+                    campaign,
+                    top,
+                    "orders the gate never issued reached the ledger: Redis lost \
+                    acknowledged writes; the campaign is fenced and rebuilt from the ledger"
+                );
+                self.fenced.insert(campaign);
+            }
+        }
+    }
+
+    /// Whether the gate's numbering of `campaign` is behind `top`, having fenced it if so;
+    /// `None` when it is behind but Redis does not hold the campaign (nothing was fenced).
+    async fn numbering_behind(
+        &mut self,
+        campaign: &str,
+        top: u64,
+    ) -> redis::RedisResult<Option<bool>> {
+        // A campaign that never issued a number has no `seq` yet.
+        let seq: Option<u64> = self.conn.get(Keys::new(campaign).seq()).await?;
+        if seq.unwrap_or(0) >= top {
+            return Ok(Some(false));
+        }
+        let fenced = self.scripts.fence(&mut self.conn, campaign, false).await?;
+        Ok(fenced.then_some(true))
     }
 
     /// Rebuilds from the ledger every fenced campaign whose stream is drained (which lifts its

@@ -105,7 +105,25 @@ impl Rig {
         )
     }
 
+    /// Adds an entry to `campaign`'s stream, raising the gate's numbering to its order's number
+    /// as the claim scripts do (the pipeline fences a gate found behind what it wrote).
     pub async fn xadd(&mut self, campaign: &str, fields: &[(String, String)]) -> String {
+        let number = fields
+            .iter()
+            .find(|(k, _)| k == "order_id")
+            .and_then(|(_, id)| id.rsplit_once('-'))
+            .and_then(|(_, n)| n.parse::<u64>().ok());
+        if let Some(n) = number {
+            let _: () = redis::Script::new(
+                "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then \
+                 redis.call('SET', KEYS[1], ARGV[1]) end",
+            )
+            .key(Keys::new(campaign).seq())
+            .arg(n)
+            .invoke_async(&mut self.raw)
+            .await
+            .unwrap();
+        }
         let mut cmd = redis::cmd("XADD");
         cmd.arg(Keys::new(campaign).orders()).arg("*");
         for (k, v) in fields {
