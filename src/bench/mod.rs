@@ -270,6 +270,10 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<BenchReport> {
             .as_ref()
             .map(|p| p.confirmed_at.clone())
             .unwrap_or_default(),
+        confirmed_for: payments
+            .as_ref()
+            .map(|p| p.confirmed_for.clone())
+            .unwrap_or_default(),
         confirmed: payments.map(|p| p.confirmed).unwrap_or_default(),
         last_sold_out_sent: tally.last_sold_out_sent,
     })

@@ -229,6 +229,12 @@ pub struct BenchOpts {
     /// Progress line on stderr: `auto` (when stderr is a terminal), `always`, `never`.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: Progress,
+
+    /// `opening` run by the fault campaign: units a fault gave back after a `sold_out` are
+    /// never claimed again (each user claims once and leaves on `sold_out`), so an under-sell
+    /// is not held against the room there; the storm's repeat clickers check it.
+    #[arg(skip)]
+    pub single_pass: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

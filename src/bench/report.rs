@@ -142,6 +142,9 @@ pub struct BenchReport {
     /// When the confirm answered 200 of each of those was sent and when its answer arrived.
     #[serde(skip)]
     pub confirmed_at: std::collections::HashMap<String, (std::time::Instant, std::time::Instant)>,
+    /// The order each of those 200s returned.
+    #[serde(skip)]
+    pub confirmed_for: std::collections::HashMap<String, super::payer::Returned>,
     /// When the last qty-1 claim answered `sold_out` was sent.
     #[serde(skip)]
     pub last_sold_out_sent: Option<std::time::Instant>,

@@ -20,23 +20,31 @@
 //! before the snapshot (the snapshot knows those: their id cannot be issued again) and the
 //! answers that are not excused are clean on their own. Answers to one Idempotency-Key are
 //! checked again without the ones inside a window, unless the key was answered before the
-//! snapshot (the snapshot remembers that answer, so every later one must repeat it); a confirm
-//! answered 200 inside a window may end expired, and an order won inside one may refuse a
-//! confirm before its deadline (the restored gate does not know it until the rebuild); and an
-//! under-sell is excused only when the
-//! last `sold_out` was sent inside a window and a win of it was taken back (the restore gave
-//! units back after it). Everything excused is counted and printed; a schedule without a
-//! restore excuses nothing.
+//! snapshot (the snapshot remembers that answer, so every later one must repeat it).
+//!
+//! A confirm answered 200 inside a window may end expired. After a restore (not a Cluster
+//! failover), so may a confirm whose 200 returned another order than the one the ledger holds
+//! under that number (another buyer, or another `pay_by`), when the ledger refused that very
+//! order's `confirmed` as another order (a `failed_orders` row within `REFUSED_WITHIN` of the
+//! kill): the restored gate issued the number again, and a confirm names its order by number
+//! alone. Such a 200 may come after the ledger order's own `pay_by` too, though never after
+//! the returned order's. An order won inside a window may refuse a confirm before its deadline
+//! (the restored gate does not know it until the rebuild); and an under-sell is excused only
+//! when the last `sold_out` was sent inside a window and a win of it was taken back (the
+//! restore gave units back after it).
+//!
+//! Everything excused is counted and printed; a schedule without a restore excuses nothing.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use super::cluster::Cluster;
 use super::ledger::Row;
 use super::rewind::Window;
-use crate::bench::payer::{CONFIRMED_BUT_EXPIRED, EXPIRED_EARLY};
+use crate::bench::payer::{Returned, CONFIRMED_BUT_EXPIRED, CONFIRMED_LATE, EXPIRED_EARLY};
 use crate::bench::verify::{Invariant, Violation};
 use crate::bench::{BenchReport, Win};
+use refused::{failed_orders, Contradicted};
 
 /// How long after the kill the ledger may still refuse a win the restore made it disagree
 /// with: until the campaign is fenced and rebuilt, which takes the consumers' reclaim bound at
@@ -52,8 +60,9 @@ pub struct Excused {
     rows: HashMap<String, Row>,
     /// (user, key) whose answers still differ once the answers inside a window are set aside.
     still_broken: HashSet<(String, String)>,
-    /// Held orders every confirm-200 of which came inside a window: the `confirmed` the gate
-    /// decided may have gone back with it, and the order expired at its deadline instead.
+    /// Held orders whose confirm-200 came inside a window (the `confirmed` the gate decided may
+    /// have gone back with it), or returned another order under a reissued number that the
+    /// ledger refused (`about_reissued`): the order expired at its deadline instead.
     pub confirms: HashSet<String>,
     /// Order ids and (user, key)s answered before the first snapshot: the snapshot knows them.
     known_ids: HashSet<String>,
@@ -65,8 +74,16 @@ pub struct Excused {
     pub lost: usize,
     /// Wins answered later that the ledger refused (`failed_orders`) and does not hold.
     pub refused: usize,
-    /// Of `confirms`: not `confirmed` in the ledger.
+    /// Of the confirms answered inside a window: not `confirmed` in the ledger.
     pub confirms_lost: usize,
+    /// Of `confirms`: those answered inside a window.
+    pub confirms_in_window: usize,
+    /// Of `confirms`: answered 200 with another order under a reissued number than the
+    /// ledger's (`about_reissued`).
+    pub reissued_confirms: HashSet<String>,
+    /// Of `reissued_confirms`: those whose first attempt came before the returned order's own
+    /// `pay_by`.
+    reissued_on_time: HashSet<String>,
     restored: bool,
 }
 
@@ -85,7 +102,7 @@ impl Excused {
         let inside =
             |sent: Instant, answered: Instant| windows.iter().any(|w| w.contains(sent, answered));
         let killed_wall = first.from_wall + (first.killed - first.from);
-        let refused = failed_orders(
+        let (refused, contradicted) = failed_orders(
             cluster,
             &report.campaign,
             first.from_wall,
@@ -140,17 +157,35 @@ impl Excused {
         let mut again = Vec::new();
         crate::bench::verify::idempotency(&outside, &report.keyed_uncertain, &mut again);
         out.still_broken = again.into_iter().filter_map(|v| v.key).collect();
+        // Only a restore keeps a consumer alive that writes the older decision for a number
+        // the restored gate issues again (a Cluster failover promises no reissue).
+        if windows.iter().any(|w| w.refused_after) {
+            out.reissued_confirms = report
+                .confirmed_for
+                .iter()
+                .filter(|(id, returned)| out.about_reissued(id, returned, &contradicted))
+                .map(|(id, _)| id.clone())
+                .collect();
+            out.reissued_on_time = out
+                .reissued_confirms
+                .iter()
+                .filter(|id| report.confirmed_for.get(*id).is_some_and(|r| !r.late))
+                .cloned()
+                .collect();
+        }
         out.confirms = report
             .confirmed_at
             .iter()
             .filter(|(_, (sent, answered))| inside(*sent, *answered))
             .map(|(id, _)| id.clone())
             .collect();
+        out.confirms_in_window = out.confirms.len();
         out.confirms_lost = out
             .confirms
             .iter()
             .filter(|id| out.rows.get(*id).is_none_or(|r| r.state != "confirmed"))
             .count();
+        out.confirms.extend(out.reissued_confirms.iter().cloned());
         out.sold_out_in_window = out.lost > 0
             && report
                 .last_sold_out_sent
@@ -199,6 +234,10 @@ impl Excused {
             Invariant::HoldBroken if v.message.ends_with(CONFIRMED_BUT_EXPIRED) => {
                 !v.orders.is_empty() && v.orders.iter().all(|o| self.confirms.contains(o))
             }
+            // The 200 was about the reissued order, whose own pay_by it kept.
+            Invariant::HoldBroken if v.message.contains(CONFIRMED_LATE) => {
+                !v.orders.is_empty() && v.orders.iter().all(|o| self.reissued_on_time.contains(o))
+            }
             // An order won in the window and kept by the ledger is unknown to the restored
             // gate until the rebuild: a confirm may be refused before its deadline.
             Invariant::HoldBroken if v.message.contains(EXPIRED_EARLY) => every(&|o| {
@@ -212,6 +251,25 @@ impl Excused {
             Invariant::HoldBroken if v.orders.is_empty() => self.sold_out_in_window,
             _ => false,
         }
+    }
+
+    /// Whether a confirm of order number `id` answered 200 with another order (`returned`) than
+    /// the one the ledger holds under that number, and the ledger refused that order's
+    /// `confirmed` as another order (`contradicted`): the restored gate issued the number
+    /// again. A confirm names its order by number alone; this 200 was about the order the
+    /// ledger refused, while the ledger's order under the number expires unpaid.
+    fn about_reissued(
+        &self,
+        id: &str,
+        returned: &Returned,
+        contradicted: &HashSet<Contradicted>,
+    ) -> bool {
+        !self.known_ids.contains(id)
+            && self
+                .rows
+                .get(id)
+                .is_some_and(|r| r.user_id != returned.user || r.pay_by != returned.pay_by)
+            && contradicted.contains(&(id.to_owned(), returned.user.clone(), returned.pay_by))
     }
 
     /// The answers of order `id` the ledger is held to.
@@ -241,55 +299,14 @@ impl Excused {
     }
 }
 
+mod refused;
+#[cfg(test)]
+mod tests;
+
 /// A row's codes, as the answer lists them.
 fn codes(r: &Row) -> Vec<String> {
     r.codes
         .as_deref()
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default()
-}
-
-/// (order id, buyer) of the new orders the ledger refused for the campaign between `since`
-/// and `until`, as a reissued id or by a ledger rule (scale-out's `failed_orders`; a poison
-/// entry, a contradiction or a refused transition is never excused).
-async fn failed_orders(
-    cluster: &Cluster,
-    campaign: &str,
-    since: SystemTime,
-    until: SystemTime,
-) -> anyhow::Result<HashSet<(String, String)>> {
-    use sqlx::Connection;
-    let Some(url) = cluster.pg_url.as_deref() else {
-        return Ok(HashSet::new());
-    };
-    let micros = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or(0)
-    };
-    let mut c = sqlx::PgConnection::connect(url).await?;
-    let rows: Vec<(Option<String>, String, String)> = sqlx::query_as(
-        "SELECT order_id, payload, reason FROM failed_orders \
-         WHERE campaign_id = $1 AND at >= $2 AND at <= $3",
-    )
-    .bind(campaign)
-    .bind(micros(since))
-    .bind(micros(until))
-    .fetch_all(&mut c)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .filter(|(_, _, reason)| {
-            reason == crate::pipeline::REISSUED || reason.starts_with(crate::pipeline::LEDGER_RULE)
-        })
-        .filter_map(|(id, payload, _)| {
-            let fields = serde_json::from_str::<serde_json::Value>(&payload).ok()?;
-            // A transition's entry carries `kind`: not a new order, never excused.
-            if fields.get("kind").is_some() {
-                return None;
-            }
-            let user = fields.get("user")?.as_str()?.to_owned();
-            Some((id?, user))
-        })
-        .collect())
 }

@@ -11,7 +11,8 @@
 //!    redis-server with AOF, a throwaway PostgreSQL) on fixed ports in a temp directory;
 //! 3. a mixed storm by `seckill bench` (repeat clickers with Idempotency-Keys, restocks and
 //!    pause/resume retried with their key, cancels, held orders and payers) and [`locks`]
-//!    clients, while the [`nemesis`] injects the faults (with [`rewind`] for a Redis restored
+//!    clients (and, drawn, an [`opening`] behind a waiting room on a campaign of its own),
+//!    while the [`nemesis`] injects the faults (with [`rewind`] for a Redis restored
 //!    from an older snapshot, [`sentinel`] and [`shards`] for failovers behind Sentinel and in
 //!    a Redis Cluster, and [`clock`] for a step of the embedded server's wall clock);
 //! 4. [`check`]: once every fault is healed and the pipeline drained, the bench's invariant
@@ -31,6 +32,7 @@ pub mod keys;
 pub mod ledger;
 pub mod locks;
 pub mod nemesis;
+pub mod opening;
 pub mod proxy;
 pub mod rewind;
 pub mod schedule;
@@ -219,7 +221,12 @@ async fn one(
         });
         task
     });
+    let opening = opening::start(s, opts, &cluster);
     let report = crate::bench::run(&bench).await;
+    let opening = match opening {
+        Some(t) => Some(opening::finished(t).await),
+        None => None,
+    };
     let applied = nemesis.await?;
     let locks = match locks {
         Some(t) => Some(t.await?),
@@ -273,18 +280,23 @@ async fn one(
             "  Redis back in time (a snapshot restore, a Cluster failover): {} answered wins \
              taken back, {} refused by the ledger \
              (failed_orders), {} confirms answered 200 taken back; {} wins and {} confirms \
-             answered in the window",
+             answered in the window, {} confirms answered 200 about a reissued order number's \
+             other order",
             excused.lost,
             excused.refused,
             excused.confirms_lost,
             excused.in_window,
-            excused.confirms.len()
+            excused.confirms_in_window,
+            excused.reissued_confirms.len()
         );
         totals.lost_to_rewind += excused.lost as u64;
         totals.confirms_lost_to_rewind += excused.confirms_lost as u64;
         totals.refused_after_rewind += excused.refused as u64;
     }
     let mut findings = check::verdict(&report, s.stock, &cluster, crashes, &excused).await;
+    if let Some(run) = &opening {
+        findings.extend(opening::verdict(run, &cluster, totals).await);
+    }
     if let Some(h) = &locks {
         // A promoted replica may not know a lease (docs/LOCKS.md), nor may a Redis that
         // fsyncs once a second after a kill -9, nor one restored from an older snapshot.

@@ -205,8 +205,8 @@ async fn link(cluster: &Cluster, kind: Kind, hold: Duration) -> anyhow::Result<(
             return Ok(());
         }
         Kind::Partition => Mode::Blackhole,
-        Kind::DropUp => Mode::Drop(Dir::Up),
-        Kind::DropDown => Mode::Drop(Dir::Down),
+        Kind::DropUp => Mode::Stall(Dir::Up),
+        Kind::DropDown => Mode::Stall(Dir::Down),
         _ => Mode::Latency {
             min: Duration::from_millis(50),
             max: Duration::from_millis(300),

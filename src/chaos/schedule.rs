@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::opening::Plan;
 use crate::bench::event_spec::{Action, EventSpec, When};
 
 mod fault;
@@ -57,6 +58,8 @@ pub struct Schedule {
     pub faults: Vec<Fault>,
     pub long_outage: bool,
     pub only: Option<Target>,
+    /// An opening behind a waiting room runs beside the storm ([`super::opening`]).
+    pub opening: Option<Plan>,
 }
 
 /// Knobs of the generator.
@@ -146,6 +149,12 @@ impl Schedule {
             faults.push(draw(&mut extra, Target::Clock, Kind::ClockStep(by), end));
         }
         faults.sort_by_key(|f| f.at);
+        // The opening, from a third generator, so every seed keeps its faults and workload.
+        // Not where Redis can go back in time (super::opening says why).
+        let mut third = rng(seed ^ 0x0be1_5eed, index);
+        let rewinds = faults.iter().any(|f| f.target == Target::Snapshot);
+        let opening = (deployment != Deployment::Cluster && !rewinds && third.gen_bool(0.5))
+            .then(|| Plan::new(third.gen_range(300..=800), secs));
         Schedule {
             seed,
             index,
@@ -161,6 +170,7 @@ impl Schedule {
             faults,
             long_outage: shape.long_outage,
             only: shape.only,
+            opening,
         }
     }
 }
@@ -225,6 +235,13 @@ impl fmt::Display for Schedule {
         }
         if self.locks {
             writeln!(f, "  lock clients beside the storm")?;
+        }
+        if let Some(o) = self.opening {
+            writeln!(
+                f,
+                "  an opening beside the storm: {} users, a room admitting {} a second",
+                o.users, o.admit_per_second
+            )?;
         }
         if self.replicas > 0 {
             writeln!(

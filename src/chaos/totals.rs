@@ -41,6 +41,9 @@ pub struct Totals {
     /// Lock clients: leases granted, and stale holders' writes the resource refused.
     pub lock_grants: u64,
     pub stale_writes_refused: u64,
+    /// Openings behind a waiting room run beside the storm, and the users they admitted.
+    pub openings: u64,
+    pub opening_admitted: u64,
     pub orders_checked: u64,
     pub violations: u64,
     pub seconds: f64,
@@ -66,7 +69,7 @@ pub fn print_totals(t: &Totals, json: bool) {
     println!(
         "  faults skipped {}\n  supervised restarts {}\n  claims {}\n  won answers {}\n  503 answers {} (outcome unknown {})\n  \
          no answer {}\n  lost to failover {}\n  lost to a snapshot restore or Cluster failover {} (and {} refused by the ledger, {} confirms)\n  confirms answered 200 {}\n  orders confirmed {}\n  \
-         orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  orders checked {}\n  \
+         orders expired {}\n  lock grants {}\n  stale lock writes refused {}\n  openings {} ({} admitted)\n  orders checked {}\n  \
          violations {}",
         t.faults_skipped,
         t.supervised_restarts,
@@ -84,6 +87,8 @@ pub fn print_totals(t: &Totals, json: bool) {
         t.expired,
         t.lock_grants,
         t.stale_writes_refused,
+        t.openings,
+        t.opening_admitted,
         t.orders_checked,
         t.violations
     );

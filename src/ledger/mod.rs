@@ -20,7 +20,7 @@ mod write_fault;
 pub use dir_lock::DirLock;
 pub use group_commit::{CommitError, CommitFault, GroupCommit, WriterHealth};
 pub use postgres::entries::PipelineWrite;
-pub use postgres::holds::{Applied, Transition};
+pub use postgres::holds::{Applied, Transition, DIFFERENT_ORDER};
 pub use postgres::lineage::{stream_pos, NodeRead, Origin, Recorded, StreamPos, Verdict};
 pub use postgres::liveness::{Dormant, Liveness};
 pub use postgres::ops::{is_data_error, FailedOrder, Restocked};

@@ -50,6 +50,17 @@ fn why(stdout: &str, stderr: &str) -> String {
     format!("why the campaign failed:\n{}", lines.join("\n"))
 }
 
+/// Requires the campaign to have found no violation; on failure its output is followed by the
+/// lines that say why.
+fn no_violations(t: &Value, stdout: &str) {
+    assert!(
+        t["violations"] == 0,
+        "{} violations:\n{stdout}\n{}",
+        t["violations"],
+        why(stdout, "")
+    );
+}
+
 /// Requires the totals' `group` (`faults`, `failovers`) to count each of `kinds` at least
 /// once, so a change of the generator cannot quietly drop a fault from a seed.
 fn counted(t: &Value, group: &str, kinds: &[&str]) {
@@ -69,8 +80,9 @@ fn counted(t: &Value, group: &str, kinds: &[&str]) {
 /// between instance 0 and Redis (connections reset, each
 /// direction's bytes dropped) — checked below, so a change of the generator cannot quietly
 /// drop them. Every schedule holds its orders for payers who confirm some of them near the
-/// deadline, and runs lock clients beside the storm: confirms, expiries and lock grants are
-/// checked to have happened.
+/// deadline, and runs lock clients beside the storm; the second runs an opening behind a
+/// waiting room too: confirms, expiries, lock grants and admissions are checked to have
+/// happened.
 #[test]
 fn short_campaign_finds_no_violation() {
     let (t, stdout) = chaos(&[
@@ -83,7 +95,7 @@ fn short_campaign_finds_no_violation() {
         "--faults",
         "4",
     ]);
-    assert_eq!(t["violations"], 0, "{stdout}");
+    no_violations(&t, &stdout);
     assert_eq!(t["schedules"], 4, "{stdout}");
     for counted in [
         "won",
@@ -93,6 +105,10 @@ fn short_campaign_finds_no_violation() {
         "confirms_200",
         "expired",
         "lock_grants",
+        // Schedule 1 runs an opening behind a waiting room beside the storm, on both
+        // deployments; its users were admitted through the faults.
+        "openings",
+        "opening_admitted",
     ] {
         assert!(t[counted].as_u64().unwrap() > 0, "no {counted}: {stdout}");
     }
@@ -137,7 +153,7 @@ fn sentinel_failovers_lose_no_win() {
         "--faults",
         "2",
     ]);
-    assert_eq!(t["violations"], 0, "{stdout}");
+    no_violations(&t, &stdout);
     assert_eq!(t["lost_to_failover"], 0, "{stdout}");
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
     counted(&t, "failovers", &["after kill -9", "SENTINEL FAILOVER"]);
@@ -163,7 +179,7 @@ fn a_lost_replica_breaks_no_promise() {
         "--faults",
         "0",
     ]);
-    assert_eq!(t["violations"], 0, "{stdout}");
+    no_violations(&t, &stdout);
     assert!(
         stdout.contains("Redis: a primary and 1 replica\n"),
         "{stdout}"
@@ -201,7 +217,7 @@ fn a_redis_restored_from_a_snapshot_breaks_no_promise() {
         "--faults",
         "0",
     ]);
-    assert_eq!(t["violations"], 0, "{stdout}");
+    no_violations(&t, &stdout);
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
     assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
     counted(&t, "faults", &["snapshot redis-snapshot"]);
@@ -235,7 +251,7 @@ fn a_stepped_server_clock_moves_no_deadline() {
             "--faults",
             "0",
         ]);
-        assert_eq!(t["violations"], 0, "{stdout}");
+        no_violations(&t, &stdout);
         assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
         assert!(t["expired"].as_u64().unwrap() > 0, "{stdout}");
         assert!(t["lock_grants"].as_u64().unwrap() > 0, "{stdout}");
@@ -270,7 +286,7 @@ fn cluster_failovers_behind_the_ledger_break_no_promise() {
         "--faults",
         "3",
     ]);
-    assert_eq!(t["violations"], 0, "{stdout}");
+    no_violations(&t, &stdout);
     assert!(t["won"].as_u64().unwrap() > 0, "{stdout}");
     assert!(t["confirms_200"].as_u64().unwrap() > 0, "{stdout}");
     assert!(t["lock_grants"].as_u64().unwrap() > 0, "{stdout}");

@@ -33,6 +33,8 @@ pub struct Seen {
     pub ticket_refused: bool,
     /// The admission first told, and a different answer read after the claim.
     pub answer_changed: Option<String>,
+    /// Placed by its join, yet a later read of its place answered 404: the room forgot it.
+    pub forgotten: bool,
 }
 
 /// A claim the room had to refuse (no ticket, a forged one, another user's), and its answer.
@@ -119,6 +121,15 @@ pub fn check(
             out.push(room_violation(
                 format!(
                     "{}'s claim with the ticket the room gave it was refused",
+                    s.user
+                ),
+                Vec::new(),
+            ));
+        }
+        if s.forgotten {
+            out.push(room_violation(
+                format!(
+                    "{} was placed by its join, then a read of its place answered 404",
                     s.user
                 ),
                 Vec::new(),

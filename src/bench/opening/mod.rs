@@ -139,8 +139,12 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
     }
     let mut seen = Vec::with_capacity(params.users as usize);
     let mut wins = Vec::new();
+    let mut told = Vec::new();
     while let Some(done) = tasks.join_next().await {
         let done = done.context("a user task panicked")?;
+        if done.placed {
+            told.push((done.seen.user.clone(), done.told));
+        }
         seen.push(done.seen);
         wins.extend(done.win);
     }
@@ -166,7 +170,8 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
         )
         .await?;
         let none = HashSet::new();
-        let sold_out_seen = tally.claims_sold_out > 0 || seen.iter().any(|s| s.room_sold_out);
+        let sold_out_seen = !opts.single_pass
+            && (tally.claims_sold_out > 0 || seen.iter().any(|s| s.room_sold_out));
         let mut violations = verify::check(&Evidence {
             view: &drained.view,
             orders: &drained.orders,
@@ -186,7 +191,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
         let v = Verification::of(&drained, sold_out_seen, None, violations);
         (Some(v), fairness, Vec::new())
     };
-    Ok(OpeningReport::new(
+    let mut report = OpeningReport::new(
         opts.url.clone(),
         campaign,
         params,
@@ -195,5 +200,7 @@ pub async fn run(opts: &BenchOpts) -> anyhow::Result<OpeningReport> {
         fairness,
         verification,
         room_violations,
-    ))
+    );
+    report.told = told;
+    Ok(report)
 }

@@ -12,6 +12,7 @@ use super::user::Tally;
 use super::Params;
 use crate::bench::report::{Latency, Verification};
 use crate::bench::verify::Violation;
+use crate::domain::RoomAnswer;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct OpeningReport {
@@ -39,6 +40,10 @@ pub struct OpeningReport {
     /// With `--no-verify`: the room's checks, which need no ledger.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub room_violations: Vec<Violation>,
+    /// Each user a join placed, and the admission it was told if it was, to read back later
+    /// (the fault campaign does, once every fault is healed).
+    #[serde(skip)]
+    pub told: Vec<(String, Option<RoomAnswer>)>,
 }
 
 impl OpeningReport {
@@ -72,6 +77,7 @@ impl OpeningReport {
             room,
             verification,
             room_violations,
+            told: Vec::new(),
         }
     }
 

@@ -30,6 +30,14 @@ pub struct UserRun {
     pub seed: u64,
 }
 
+/// Why no answer about a user's place came.
+enum Unplaced {
+    /// Every try failed (no answer, 429, 5xx).
+    GaveUp,
+    /// A read answered 404: the room does not know a user its join placed.
+    Forgotten,
+}
+
 /// An answer about a user's place.
 struct Placed {
     answer: RoomAnswer,
@@ -42,6 +50,10 @@ struct Placed {
 pub struct UserDone {
     pub seen: Seen,
     pub win: Option<Win>,
+    /// Whether a join placed this user.
+    pub placed: bool,
+    /// The admission the room told this user, if it did.
+    pub told: Option<RoomAnswer>,
 }
 
 /// The request histograms and counts every user adds to.
@@ -152,8 +164,9 @@ impl Shared {
     }
 
     /// A join or a read of the place, retried with backoff while it fails; with when its
-    /// first try left and when the last was answered.
-    async fn place(&self, client: &Client, user: &str, join: bool) -> Option<Placed> {
+    /// first try left and when the last was answered. Every read comes after a join that
+    /// placed the user, so a read answered 404 is not retried: the room forgot the user.
+    async fn place(&self, client: &Client, user: &str, join: bool) -> Result<Placed, Unplaced> {
         let mut pause = Duration::from_millis(100);
         let mut first = None;
         for _ in 0..ATTEMPTS {
@@ -170,22 +183,26 @@ impl Shared {
                 let path = format!("/v1/campaigns/{}/queue/{user}", self.campaign);
                 (client.http().get(client.url(&path)), |t| &mut t.status)
             };
-            if let Some((StatusCode::OK, body, _, answered)) =
-                self.send(req, which, false, &mut first).await
-            {
-                if let (Ok(answer), Some((sent, sent_at))) = (serde_json::from_value(body), first) {
-                    return Some(Placed {
-                        answer,
-                        sent,
-                        sent_at,
-                        answered,
-                    });
+            match self.send(req, which, false, &mut first).await {
+                Some((StatusCode::OK, body, _, answered)) => {
+                    if let (Ok(answer), Some((sent, sent_at))) =
+                        (serde_json::from_value(body), first)
+                    {
+                        return Ok(Placed {
+                            answer,
+                            sent,
+                            sent_at,
+                            answered,
+                        });
+                    }
                 }
+                Some((StatusCode::NOT_FOUND, ..)) if !join => return Err(Unplaced::Forgotten),
+                _ => {}
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_POLL);
         }
-        None
+        Err(Unplaced::GaveUp)
     }
 
     /// One claim of one unit with `ticket` as the header (none: no header).
@@ -240,10 +257,16 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         room_sold_out: false,
         ticket_refused: false,
         answer_changed: None,
+        forgotten: false,
     };
-    let Some(joined) = sh.place(&client, user, true).await else {
+    let Ok(joined) = sh.place(&client, user, true).await else {
         sh.tally.lock().gave_up += 1;
-        return UserDone { seen, win: None };
+        return UserDone {
+            seen,
+            win: None,
+            placed: false,
+            told: None,
+        };
     };
     let mut answer = joined.answer;
     (seen.join_sent, seen.join_sent_at, seen.join_answered) =
@@ -272,7 +295,12 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
             }
             RoomAnswer::SoldOut => {
                 seen.room_sold_out = true;
-                return UserDone { seen, win: None };
+                return UserDone {
+                    seen,
+                    win: None,
+                    placed: true,
+                    told: None,
+                };
             }
             RoomAnswer::Prequeue { starts_at } => {
                 let until = starts_at
@@ -290,10 +318,16 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
         };
         tokio::time::sleep(pause).await;
         match sh.place(&client, user, false).await {
-            Some(p) => answer = p.answer,
-            None => {
+            Ok(p) => answer = p.answer,
+            Err(why) => {
+                seen.forgotten = matches!(why, Unplaced::Forgotten);
                 sh.tally.lock().gave_up += 1;
-                return UserDone { seen, win: None };
+                return UserDone {
+                    seen,
+                    win: None,
+                    placed: true,
+                    told: None,
+                };
             }
         }
     };
@@ -308,12 +342,19 @@ pub async fn live(sh: std::sync::Arc<Shared>, client: Client, run: UserRun) -> U
     let admitted = answer;
     let win = claim(&sh, &client, user, &ticket, &mut seen).await;
     // Once told, an admission never changes: read it once more after the claim.
-    if let Some(again) = sh.place(&client, user, false).await {
-        if again.answer != admitted {
+    match sh.place(&client, user, false).await {
+        Ok(again) if again.answer != admitted => {
             seen.answer_changed = Some(format!("{admitted:?}, then {:?}", again.answer));
         }
+        Err(Unplaced::Forgotten) => seen.forgotten = true,
+        _ => {}
     }
-    UserDone { seen, win }
+    UserDone {
+        seen,
+        win,
+        placed: true,
+        told: Some(admitted),
+    }
 }
 
 /// The one real claim of an admitted user.

@@ -104,9 +104,10 @@ pub enum Kind {
     /// On a Redis replica: its replication link is cut again and again for the fault's
     /// duration (`CLIENT KILL TYPE master` on the replica every 100 ms).
     Partition,
-    /// The link discards what the instance sends to Redis.
+    /// The link loses the packets the instance sends to Redis: retransmitted, the bytes arrive
+    /// in order when the fault ends.
     DropUp,
-    /// The link discards what Redis sends to the instance.
+    /// The link loses the packets Redis sends to the instance, likewise.
     DropDown,
     /// The link delays every chunk 50–300 ms each way.
     Latency,

@@ -105,6 +105,10 @@ pub(super) async fn apply(conn: &mut PgConnection, t: &Transition) -> anyhow::Re
     Ok(judge(&Order::try_from(row)?, t))
 }
 
+/// How a transition of another order than the one the ledger holds under its number begins
+/// its refusal (the fault campaign reads it back from `failed_orders`).
+pub const DIFFERENT_ORDER: &str = "the ledger holds a different order under id";
+
 /// Why a transition was not applied to the row `have` (which is not a pending row of its order).
 fn judge(have: &Order, t: &Transition) -> Applied {
     let o = &t.order;
@@ -115,7 +119,7 @@ fn judge(have: &Order, t: &Transition) -> Applied {
         && have.codes == o.codes;
     if !same_order {
         return Applied::Contradiction(format!(
-            "the ledger holds a different order under id {} (user {:?}, created {}) than this \
+            "{DIFFERENT_ORDER} {} (user {:?}, created {}) than this \
              {} transition (user {:?}, created {}): Redis lost acknowledged writes",
             o.order_id,
             have.user_id,

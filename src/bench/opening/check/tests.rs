@@ -37,6 +37,7 @@ fn fair() -> (Room, Vec<Seen>) {
             room_sold_out: false,
             ticket_refused: false,
             answer_changed: None,
+            forgotten: false,
         });
     }
     for i in 0..50 {
@@ -51,6 +52,7 @@ fn fair() -> (Room, Vec<Seen>) {
             room_sold_out: false,
             ticket_refused: false,
             answer_changed: None,
+            forgotten: false,
         });
     }
     (room(starts), seen)
@@ -111,6 +113,7 @@ fn every_broken_promise_is_named() {
     seen[200].admitted_at = Some(room.starts_at + TimeDelta::milliseconds(500));
     seen[5].ticket_refused = true;
     seen[6].answer_changed = Some("admitted at 1, then admitted at 2".into());
+    seen[7].forgotten = true;
     // A later joiner admitted ahead of earlier joiners.
     seen[240].admitted_at = Some(room.starts_at + TimeDelta::milliseconds(1995));
     let orders = vec![
@@ -138,6 +141,7 @@ fn every_broken_promise_is_named() {
         "joined after an earlier joiner was answered",
         "p5's claim with the ticket the room gave it was refused",
         "p6's admission changed once told",
+        "p7 was placed by its join, then a read of its place answered 404",
     ] {
         assert!(all.contains(part), "{part:?} missing from: {all}");
     }
