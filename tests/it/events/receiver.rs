@@ -110,9 +110,12 @@ impl Receiver {
     }
 
     /// Everything received so far, in arrival order; fails on any request that did not verify.
+    /// Only whole lines count: a read racing the receiver's append may end mid-line.
     pub fn received(&self) -> Vec<Received> {
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
-        text.lines()
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
+            .lines()
             .map(|l| {
                 let v: Value = serde_json::from_str(l).expect("a receiver line");
                 assert!(v.get("bad").is_none(), "a request failed verification: {v}");
