@@ -6,22 +6,24 @@
 //! while Redis is unreachable and reconnects by itself within about 250 ms of Redis answering
 //! again (see [`link`] for why redis-rs's `ConnectionManager` is not used); a cluster uses the
 //! async cluster client, which follows slot moves and reconnects to a node on the next request
-//! for its slots, with retry waits shortened from its 1.28 s minimum to 20–200 ms. Both are cheap to clone and multiplex many
-//! concurrent requests over one socket.
+//! for its slots, with retry waits shortened from its 1.28 s minimum to 20–200 ms, and which is
+//! made again if it stops answering altogether (`cluster.rs`). Both are cheap to clone and
+//! multiplex many concurrent requests over one socket.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
+mod cluster;
 pub mod link;
 pub mod promotable;
 mod sentinel;
 pub mod tls;
 
+use cluster::ClusterLink;
 use link::{Endpoint, Health, Link, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 
 /// How the gate is reached: `urls` are one node, or cluster seed nodes.
@@ -54,7 +56,8 @@ pub enum RedisConn {
     /// The same link, for claims: commands go out only once the Redis behind it was checked
     /// against the ledger since the last reconnect (`fresh.rs`).
     Gated(Arc<Link>),
-    Cluster(ClusterConnection),
+    /// A Redis Cluster, made again when it stops answering (`cluster.rs`).
+    Cluster(Arc<ClusterLink>),
 }
 
 impl RedisConn {
@@ -98,8 +101,7 @@ impl RedisConn {
                 .retries(0)
                 .build()
                 .context("invalid Redis Cluster URLs")?;
-            let conn = client
-                .get_async_connection()
+            let conn = ClusterLink::connect(client)
                 .await
                 .context("cannot connect to the Redis Cluster")?;
             Ok(Self::Cluster(conn))
@@ -153,7 +155,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Link(l) => Box::pin(l.request(cmd)),
             Self::Gated(l) => Box::pin(l.request_gated(cmd)),
-            Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => Box::pin(c.request(cmd)),
         }
     }
 
@@ -166,14 +168,14 @@ impl ConnectionLike for RedisConn {
         match self {
             // Pipelines never carry claims.
             Self::Link(l) | Self::Gated(l) => Box::pin(l.request_many(cmd, offset, count)),
-            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => Box::pin(c.request_many(cmd, offset, count)),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Link(l) | Self::Gated(l) => l.db(),
-            Self::Cluster(c) => c.get_db(),
+            Self::Cluster(c) => c.db(),
         }
     }
 }
