@@ -31,6 +31,8 @@ pub struct Report {
     pub outcomes: BTreeMap<&'static str, u64>,
     /// Refused requests by HTTP status.
     pub refused: BTreeMap<u16, u64>,
+    /// The body of the first refusal of each status.
+    pub refusal_bodies: BTreeMap<u16, String>,
     pub transport_errors: u64,
     /// Every processed answer with the shot that produced it.
     pub answers: Vec<(Shot, ClaimAnswer)>,
@@ -111,6 +113,7 @@ pub async fn storm(
         latency: t.latency,
         outcomes: t.outcomes,
         refused: t.refused,
+        refusal_bodies: t.refusal_bodies,
         transport_errors: t.transport_errors,
         answers: t.answers,
     }

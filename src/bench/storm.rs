@@ -78,6 +78,8 @@ pub struct Tally {
     /// The `X-Request-Id`s of the first [`FAILED_IDS`] claims that failed (no answer, a 5xx,
     /// a body that was not a claim answer): what to look up in the server's log.
     pub failed_ids: Vec<String>,
+    /// The body of the first refusal of each status: what a report of refusals shows.
+    pub refusal_bodies: BTreeMap<u16, String>,
 }
 
 /// How many failed requests' ids a report lists.
@@ -109,6 +111,7 @@ impl Tally {
             last_sold_out_sent: None,
             connects: 0,
             failed_ids: Vec::new(),
+            refusal_bodies: BTreeMap::new(),
         }
     }
 
@@ -143,6 +146,9 @@ impl Tally {
         self.answers.extend(o.answers);
         self.last_sold_out_sent = self.last_sold_out_sent.max(o.last_sold_out_sent);
         self.connects += o.connects;
+        for (k, v) in o.refusal_bodies {
+            self.refusal_bodies.entry(k).or_insert(v);
+        }
         for id in o.failed_ids {
             self.failed(id);
         }
@@ -312,6 +318,9 @@ async fn worker(cfg: Arc<StormConfig>, mut conn: Conn, path: String, live: Arc<L
             .saturating_record((latency.as_micros() as u64).max(1));
         if resp.status != hyper::StatusCode::OK {
             *t.refused.entry(resp.status.as_u16()).or_default() += 1;
+            t.refusal_bodies
+                .entry(resp.status.as_u16())
+                .or_insert_with(|| String::from_utf8_lossy(&resp.body).into_owned());
             live.errors.fetch_add(1, Ordering::Relaxed);
             if says_outcome_unknown(&resp.body) {
                 t.unknown_outcomes += 1;

@@ -235,14 +235,16 @@ async fn one(
     stop.store(true, Ordering::Release);
     supervisor.await?;
     let exits = cluster.exits().await;
-    cluster.heal().await?;
+    cluster.heal().await.inspect_err(|_| keep_logs(&cluster))?;
     totals.supervised_restarts += exits.iter().filter(|(crash, _)| !crash).count() as u64;
     let crashes: Vec<String> = exits
         .into_iter()
         .filter(|(c, _)| *c)
         .map(|(_, l)| l)
         .collect();
-    let report = report?;
+    // A run that could not be verified (the deployment never answered again, as above when it
+    // did not heal) keeps its logs as a violation does: they say why.
+    let report = report.inspect_err(|_| keep_logs(&cluster))?;
     for a in &applied {
         match (&a.error, a.injected_s) {
             (Some(e), None) => {
@@ -359,12 +361,17 @@ async fn one(
     totals.no_answer += report.transport_errors;
     totals.orders_checked += orders;
     if !findings.is_empty() {
-        match cluster.keep_logs() {
-            Ok(dir) => println!("  the processes' logs are kept in {}", dir.display()),
-            Err(e) => println!("  the processes' logs could not be kept: {e:#}"),
-        }
+        keep_logs(&cluster);
     }
     Ok(findings)
+}
+
+/// Copies the processes' logs out of the schedule's directory and says where.
+fn keep_logs(cluster: &Cluster) {
+    match cluster.keep_logs() {
+        Ok(dir) => println!("  the processes' logs are kept in {}", dir.display()),
+        Err(e) => println!("  the processes' logs could not be kept: {e:#}"),
+    }
 }
 
 /// The bench run of a schedule: a mixed storm on a campaign of its own.

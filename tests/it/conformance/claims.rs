@@ -34,7 +34,12 @@ async fn thousand_distinct_users_on_stock_100(deploy: Deploy) {
     app.create(json!({"id": "stock-100", "stock": 100})).await;
     let report = fire::storm(&app.client, "stock-100", fire::distinct_users(1000), 1000).await;
     assert_eq!(report.transport_errors, 0);
-    assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
+    assert!(
+        report.refused.is_empty(),
+        "refused: {:?}, first bodies: {:?}",
+        report.refused,
+        report.refusal_bodies
+    );
     assert_eq!(report.count("won"), 100);
     assert_eq!(report.count("sold_out"), 900);
     app.settle().await;

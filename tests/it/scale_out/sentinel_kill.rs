@@ -91,8 +91,13 @@ async fn kill_9_failover_with_two_replicas_keeps_every_win_and_confirm() {
         won.len(),
         won_after
     );
-    assert!(!confirmed.is_empty(), "no confirm went through");
-    assert!(won_after > 0, "nothing was sold after the failover");
+    if confirmed.is_empty() || won_after == 0 {
+        panic!(
+            "{}\n{} confirms went through, {won_after} claims won after the promotion",
+            redis.report(),
+            confirmed.len()
+        );
+    }
     let view = client_a.campaign(CAMPAIGN).await.unwrap();
     let orders = client_a.all_orders(CAMPAIGN).await.unwrap();
     // No oversell, no code twice, per-user limits, every `won` in the ledger as answered.

@@ -76,6 +76,13 @@ pub fn redis_raw(port: u16, command: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
+/// The last `n` lines of the file at `path` (empty if it cannot be read).
+pub fn tail(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 mod postgres;
 mod redis;
 mod sentinel;

@@ -58,6 +58,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The last `n` lines of the server's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        super::tail(&self.dir.path().join("redis.log"), n)
+    }
+
     /// kill -9, then start again on the same port and directory.
     pub fn kill_and_restart(&mut self) {
         self.kill_9();

@@ -19,7 +19,7 @@ pub struct SentinelSetup {
     /// The TLS ports of primary, replica and Sentinel ([`SentinelSetup::start_tls`]).
     tls_ports: Option<[u16; 3]>,
     _sentinel: Proc,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl SentinelSetup {
@@ -106,7 +106,7 @@ impl SentinelSetup {
             sentinel_port: port,
             tls_ports,
             _sentinel: sentinel,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -132,6 +132,33 @@ impl SentinelSetup {
                 "the replica did not catch up within 60 s: {reply:?}"
             );
         }
+    }
+
+    /// What every server and the Sentinel say of replication, with the tails of their logs:
+    /// printed when a failover test fails, to tell why.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        let servers = [&self.primary, &self.replica]
+            .into_iter()
+            .chain(&self.others);
+        for (i, r) in servers.enumerate() {
+            let info = redis_raw(r.port, "INFO replication").unwrap_or_else(|| "down".into());
+            out.push_str(&format!(
+                "--- server {i} (port {}): {info}\n{}\n",
+                r.port,
+                r.log_tail(25)
+            ));
+        }
+        let replicas = redis_raw(
+            self.sentinel_port,
+            &format!("SENTINEL replicas {}", Self::MASTER),
+        )
+        .unwrap_or_default();
+        out.push_str(&format!(
+            "--- sentinel: {replicas}\n{}\n",
+            super::tail(&self.dir.path().join("sentinel.log"), 40)
+        ));
+        out
     }
 
     /// kill -9 of the primary; returns once the Sentinel promoted the replica.
