@@ -130,6 +130,15 @@ impl ScaleOut {
             tracing::error!(campaign = %state.def.id, "Redis already holds this campaign although the ledger did not; flush stale Redis data");
             return self.committed_view(&state.def.id, "the campaign").await;
         }
+        if self.redis.is_cluster() {
+            // Checked on its node's lineage now, while no order of it can exist anywhere: left
+            // to the first claims, every batch of a fresh campaign's opening storm waits for the
+            // one check the first of them started, 5 s at most (lineage.rs). A failure here is
+            // harmless: the first claim checks it as before.
+            if let Err(e) = self.check_lineage(&state.def.id).await {
+                tracing::warn!(campaign = %state.def.id, error = %e, "checking a new campaign on its Cluster node failed; its first claim checks it");
+            }
+        }
         tracing::info!(campaign = %state.def.id, kind = state.def.kind.as_str(), total, "campaign created");
         Ok(state.view())
     }
