@@ -22,8 +22,8 @@
 //! must hold on the new one), and the ledger is read once every pipeline transaction already
 //! writing the campaign has ended. One check per campaign at a time per instance; concurrent
 //! requests wait for it, 5 s at most. A campaign is checked once when it is created
-//! (`admin.rs`), so its opening storm does not wait for a check its first batch started. The cost on the hot path is one `INFO replication` per
-//! script call on a Cluster, none elsewhere.
+//! (`admin.rs`), so its opening storm does not wait for a check its first batch started. The
+//! cost on the hot path is one `INFO replication` per script call on a Cluster, none elsewhere.
 //!
 //! A consumer that read entries from the old master and commits them only after the check
 //! would still write what the new node never had: the check records in the ledger, in the
